@@ -1,0 +1,56 @@
+# Two commands do all set-up on a fresh machine with Python 3.11:
+#   make book   — create .venv, install everything, build the website into _build/html
+#   make test   — same environment; unit/property tests, nbval over every chapter, strict build
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JOBS   ?= 2
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+# Widgets draw static small multiples in the build and in tests (see localbook/widgets.py).
+export LOCALBOOK_STATIC := 1
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: book test unit nbval build-strict assignments bench clean install
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the CPU build of torch first: a later unpinned request would otherwise pull CUDA wheels
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+# The JB1 execution cache does not notice changes to localbook/: key it on the package's hash.
+define check_cache
+	@h=$$(find localbook -type f \( -name '*.py' -o -path '*/data/*' \) | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16); \
+	if [ "$$(cat _build/.localbook-hash 2>/dev/null)" != "$$h" ]; then \
+	  echo "localbook changed ($$h): clearing the notebook execution cache"; rm -rf _build/.jupyter_cache; \
+	fi; mkdir -p _build; echo $$h > _build/.localbook-hash
+endef
+
+book: $(STAMP)
+	$(check_cache)
+	$(VENV)/bin/jupyter-book build --all . -W -n --keep-going
+	@echo "Website built: open _build/html/index.html"
+
+unit: $(STAMP)
+	$(PY) -m pytest tests -n $(JOBS) -q
+
+nbval: $(STAMP)
+	$(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
+
+test: unit nbval book
+
+assignments: $(STAMP)
+	$(PY) -m localbook.assignments book _build/assignments
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf _build

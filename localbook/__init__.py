@@ -1,0 +1,18 @@
+"""localbook — the library of the open textbook *Localization Methods*.
+
+Most learning machines are local means: weight your neighbours with a localization kernel,
+then average. Submodules, one idea each:
+
+``kernels`` (localization kernels, the chunked pairwise engine), ``local_mean`` (Nadaraya–Watson,
+local linear, KNN, LOO-CV), ``datasets``, ``plotting``, ``widgets``, and the modules of the
+later chapters (density, denoising, attention, entmax, sparse graphs, memorization, ...).
+"""
+from ._validate import default_device
+from .kernels import *  # noqa: F401,F403
+from .local_mean import *  # noqa: F401,F403
+from . import datasets, plotting, widgets  # noqa: F401
+
+# --- chapter modules: one line each, `from .module import *` -------------------------------
+# (end of chapter modules)
+
+__version__ = "0.1.0"

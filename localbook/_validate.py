@@ -1,0 +1,161 @@
+"""Input validation: one helper per kind of argument, one clear error per mistake.
+
+Every public function of ``localbook`` turns its inputs into tensors here, in the style of
+scikit-learn's ``check_array``: array-likes become tensors on the reference tensor's device,
+float inputs keep their dtype, integer inputs become the default float dtype, and every
+mistake raises a ``TypeError``/``ValueError`` that names the argument.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["default_device"]
+
+
+def default_device() -> torch.device:
+    """The fastest device present: CUDA, else Apple MPS, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _float_dtype(t: torch.Tensor) -> torch.dtype:
+    return t.dtype if t.is_floating_point() else torch.get_default_dtype()
+
+
+def as_tensor(
+    value,
+    name: str,
+    *,
+    like: Optional[torch.Tensor] = None,
+    ndim: Optional[Sequence[int]] = None,
+    allow_empty: bool = False,
+    finite: bool = True,
+) -> torch.Tensor:
+    """Turn ``value`` into a floating tensor (on ``like``'s device/dtype when given) and check it.
+
+    Raises ``TypeError`` for things that are not numeric arrays and ``ValueError`` for a wrong
+    rank, an empty array or non-finite entries.
+    """
+    if isinstance(value, torch.Tensor):
+        t = value
+    else:
+        if isinstance(value, (str, bytes)) or value is None:
+            raise TypeError(f"{name} must be an array-like of numbers, got {type(value).__name__}")
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:  # ragged lists and the like
+            raise TypeError(f"{name} must be an array-like of numbers: {exc}") from None
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise TypeError(f"{name} must be an array-like of numbers, got dtype {arr.dtype}")
+        t = torch.as_tensor(arr)
+    if t.is_complex():
+        raise TypeError(f"{name} must be real-valued, got a complex tensor")
+    if like is not None:
+        t = t.to(device=like.device, dtype=like.dtype if like.is_floating_point() else _float_dtype(t))
+    elif not t.is_floating_point():
+        t = t.to(torch.get_default_dtype())
+    if ndim is not None and t.ndim not in tuple(ndim):
+        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape {tuple(t.shape)}")
+    if not allow_empty and t.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one value is needed")
+    if finite and t.numel() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+    return t
+
+
+def check_points(x, name: str = "x", *, like: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Points as an ``(n, d)`` tensor; a 1-D input means ``d = 1``."""
+    t = as_tensor(x, name, like=like, ndim=(1, 2))
+    if t.ndim == 1:
+        t = t[:, None]
+    if t.shape[0] == 0 or t.shape[1] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one point is needed")
+    return t
+
+
+def check_query(x_query, x: torch.Tensor, name: str = "x_query") -> torch.Tensor:
+    """Query points matching the dimension of the data ``x`` (``(m, d)``)."""
+    q = check_points(x_query, name, like=x)
+    if q.shape[1] != x.shape[1]:
+        raise ValueError(f"{name} has {q.shape[1]} feature(s) per point but x has {x.shape[1]}")
+    return q
+
+
+def check_targets(y, n: int, *, like: torch.Tensor, name: str = "y"):
+    """Targets as ``(n, k)``; returns ``(y2d, squeeze)`` where ``squeeze`` says ``y`` was 1-D."""
+    t = as_tensor(y, name, like=like, ndim=(1, 2))
+    if t.shape[0] != n:
+        raise ValueError(f"{name} has {t.shape[0]} rows but x has {n} points; they must match")
+    if t.ndim == 1:
+        return t[:, None], True
+    return t, False
+
+
+def check_bandwidth(bandwidth, d: int, *, like: torch.Tensor, name: str = "bandwidth") -> torch.Tensor:
+    """A positive finite bandwidth: a float or a ``(d,)`` vector, returned as a ``(d,)`` tensor."""
+    if isinstance(bandwidth, bool):
+        raise TypeError(f"{name} must be a positive number or a ({d},) array, got a bool")
+    if isinstance(bandwidth, numbers.Real):
+        if not math.isfinite(bandwidth) or bandwidth <= 0:
+            raise ValueError(f"{name} must be positive and finite, got {bandwidth}")
+        return torch.full((d,), float(bandwidth), dtype=like.dtype, device=like.device)
+    h = as_tensor(bandwidth, name, like=like, ndim=(0, 1), finite=False)
+    if h.ndim == 0:
+        h = h.expand(d).clone()
+    if h.shape[0] != d:
+        raise ValueError(f"{name} must be a scalar or have one value per dimension ({d}), got shape {tuple(h.shape)}")
+    if not bool(torch.isfinite(h).all()) or bool((h <= 0).any()):
+        raise ValueError(f"{name} must be positive and finite, got {h.tolist()}")
+    return h
+
+
+def check_positive_int(value, name: str, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
+    """An integer ``minimum ≤ value (≤ maximum)``."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral,)):
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+            value = int(value)
+        else:
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    value = int(value)
+    if value < minimum or (maximum is not None and value > maximum):
+        rng = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ValueError(f"{name} must be {rng}, got {value}")
+    return value
+
+
+def check_positive_float(value, name: str, *, allow_zero: bool = False) -> float:
+    """A finite float ``> 0`` (or ``≥ 0`` with ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = float(value)
+        else:
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'} and finite, got {value}")
+    return value
+
+
+def check_index(i, n: int, name: str = "i") -> int:
+    """An index into ``n`` items; negative indices count from the end as in Python."""
+    i = check_positive_int(i, name, minimum=-n, maximum=n - 1)
+    return i % n
+
+
+def check_choice(value, name: str, choices: Sequence[str]) -> str:
+    """One of a fixed set of strings."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {list(choices)}, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {list(choices)}")
+    return value

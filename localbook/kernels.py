@@ -1,0 +1,170 @@
+r"""Localization kernels and the chunked pairwise engine every local mean uses.
+
+A localization kernel is a profile of the squared scaled distance
+:math:`u^2 = \sum_j (x_j - x'_j)^2 / h_j^2`, with ``h`` the bandwidth:
+
+============  ==========================  ===========
+name          profile :math:`k(u)`        support
+============  ==========================  ===========
+gaussian      :math:`e^{-u^2/2}`          everywhere
+laplacian     :math:`e^{-u}`              everywhere
+epanechnikov  :math:`(1-u^2)_+`           :math:`u\le 1`
+biweight      :math:`(1-u^2)_+^2`         :math:`u\le 1`
+tricube       :math:`(1-u^3)_+^3`         :math:`u\le 1`
+uniform       :math:`1[u\le 1]`           :math:`u\le 1`
+============  ==========================  ===========
+
+Kernels are evaluated in log form (``-inf`` outside the support), which is exact for every
+profile above, so weights are normalized with ``logsumexp``: a query far from all the data gets
+its nearest neighbours' values instead of ``0/0``.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Tuple
+
+import torch
+
+from ._validate import check_bandwidth, check_choice, check_points, check_query
+
+__all__ = ["Kernel", "KERNELS", "get_kernel", "kernel_profile", "kernel_matrix", "scaled_sq_dist"]
+
+#: Default memory budget (bytes) for one chunk of pairwise work.
+MEMORY_BUDGET = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A localization kernel as a function of the squared scaled distance ``u2``."""
+
+    name: str
+    log_profile: Callable[[torch.Tensor], torch.Tensor]  #: ``log k`` at ``u2`` (``-inf`` outside support)
+    compact: bool  #: True when the support is ``u ≤ 1``
+
+    def __call__(self, u2: torch.Tensor) -> torch.Tensor:
+        """The kernel value ``k(u)`` at squared scaled distance ``u2``."""
+        return torch.exp(self.log_profile(u2))
+
+
+def _outside(u2: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    # -inf outside the unit ball keeps compact supports exact in log space
+    return torch.where(u2 <= 1, value, torch.full_like(value, -math.inf))
+
+
+def _log1m(x: torch.Tensor) -> torch.Tensor:
+    return torch.log1p(-torch.clamp(x, max=1.0))
+
+
+KERNELS = {
+    "gaussian": Kernel("gaussian", lambda u2: -0.5 * u2, compact=False),
+    "laplacian": Kernel("laplacian", lambda u2: -torch.sqrt(u2), compact=False),
+    "epanechnikov": Kernel("epanechnikov", lambda u2: _outside(u2, _log1m(u2)), compact=True),
+    "biweight": Kernel("biweight", lambda u2: _outside(u2, 2 * _log1m(u2)), compact=True),
+    "tricube": Kernel("tricube", lambda u2: _outside(u2, 3 * _log1m(u2.clamp(min=0) ** 1.5)), compact=True),
+    "uniform": Kernel("uniform", lambda u2: _outside(u2, torch.zeros_like(u2)), compact=True),
+}
+
+
+def get_kernel(kernel) -> Kernel:
+    """Look a kernel up by name (or pass a :class:`Kernel` through)."""
+    if isinstance(kernel, Kernel):
+        return kernel
+    return KERNELS[check_choice(kernel, "kernel", list(KERNELS))]
+
+
+def kernel_profile(u, kernel: str = "gaussian") -> torch.Tensor:
+    """The profile ``k(u)`` at scaled distances ``u ≥ 0`` (for plots and checks)."""
+    from ._validate import as_tensor
+
+    u = as_tensor(u, "u", ndim=(0, 1, 2), allow_empty=True)
+    if bool((u < 0).any()):
+        raise ValueError("u must be non-negative scaled distances")
+    return get_kernel(kernel)(u * u)
+
+
+def scaled_sq_dist(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, center: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``u2[a, i] = |(xq[a] - x[i]) / h|²`` via one matrix product, ``(m, n)``.
+
+    Centering both sets on ``center`` before the expansion keeps the cancellation error of
+    ``|a|² + |b|² − 2a·b`` at the scale of the spread of the data, not of its offset.
+    """
+    if center is None:
+        center = x.mean(0)
+    a = (xq - center) / h
+    b = (x - center) / h
+    u2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    return u2.clamp_(min=0.0)
+
+
+def kernel_matrix(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
+    """The dense ``(m, n)`` matrix ``K(x_query[a], x[i])`` (unnormalized; for small problems)."""
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    return get_kernel(kernel)(scaled_sq_dist(xq, x, h))
+
+
+def chunk_rows(m: int, n: int, width: int = 1, itemsize: int = 8, budget: int = MEMORY_BUDGET) -> int:
+    """Rows per chunk so that about four ``(rows, n, width)`` temporaries fit in ``budget``."""
+    per_row = max(1, 4 * n * width * itemsize)
+    return max(1, min(m, budget // per_row))
+
+
+def iter_chunks(m: int, rows: int) -> Iterator[slice]:
+    for start in range(0, m, rows):
+        yield slice(start, min(start + rows, m))
+
+
+def log_weights(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, kern: Kernel, center: torch.Tensor) -> torch.Tensor:
+    """``log K(xq[a], x[i])`` for one chunk of queries, ``(rows, n)``."""
+    return kern.log_profile(scaled_sq_dist(xq, x, h, center))
+
+
+def local_average(
+    xq: torch.Tensor,
+    x: torch.Tensor,
+    values: Optional[torch.Tensor],
+    h: torch.Tensor,
+    kernel,
+    *,
+    budget: int = MEMORY_BUDGET,
+    warn_empty: bool = True,
+) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+    """The chunked local mean ``Σᵢ K(q, xᵢ) vᵢ / Σᵢ K(q, xᵢ)`` and ``log Σᵢ K(q, xᵢ)``.
+
+    Inputs are validated tensors (``xq (m, d)``, ``x (n, d)``, ``values (n, k)`` or ``None``,
+    ``h (d,)``). Returns ``(mean (m, k) or None, log_sum (m,))``. Queries with an empty
+    neighbourhood (compact kernel, no point within the bandwidth) get NaN means and
+    ``log_sum = -inf``, with one ``UserWarning`` giving their number.
+    """
+    kern = get_kernel(kernel)
+    m, n = xq.shape[0], x.shape[0]
+    k = 0 if values is None else values.shape[1]
+    center = x.mean(0)
+    rows = chunk_rows(m, n, 1, x.element_size(), budget)
+    log_sum = torch.empty(m, dtype=x.dtype, device=x.device)
+    mean = None if values is None else torch.empty(m, k, dtype=x.dtype, device=x.device)
+    for sl in iter_chunks(m, rows):
+        lw = log_weights(xq[sl], x, h, kern, center)
+        lse = torch.logsumexp(lw, dim=1)
+        log_sum[sl] = lse
+        if values is not None:
+            # exp(lw - lse) are the normalized weights; an empty row gives nan (−inf − −inf)
+            w = torch.exp(lw - lse[:, None])
+            mean[sl] = w @ values
+    empty = torch.isneginf(log_sum)
+    n_empty = int(empty.sum())
+    if n_empty:
+        if mean is not None:
+            mean[empty] = math.nan
+        if warn_empty:
+            warnings.warn(
+                f"{n_empty} of {m} queries have no data point within the bandwidth of the compact "
+                f"{kern.name!r} kernel; their estimates are NaN (use a larger bandwidth or a kernel "
+                "with unbounded support)",
+                UserWarning,
+                stacklevel=3,
+            )
+    return mean, log_sum

@@ -1,0 +1,249 @@
+r"""Local means: Nadaraya–Watson, local linear regression, KNN, and leave-one-out bandwidth choice.
+
+Every estimator here is a *linear smoother*: the prediction at a query ``x*`` is
+:math:`\hat y(x^*) = \sum_i \ell_i(x^*)\, y_i` with weights that sum to one. For Nadaraya–Watson
+:math:`\ell_i = K(x^*, x_i) / \sum_j K(x^*, x_j)`; local linear regression has an *equivalent
+kernel* :math:`\ell_i` that may be negative; KNN uses the rank kernel :math:`1/k` on the ``k``
+nearest points.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from ._validate import (
+    as_tensor,
+    check_bandwidth,
+    check_choice,
+    check_points,
+    check_positive_int,
+    check_query,
+    check_targets,
+)
+from .kernels import MEMORY_BUDGET, chunk_rows, get_kernel, iter_chunks, local_average, log_weights, scaled_sq_dist
+
+__all__ = [
+    "nadaraya_watson",
+    "local_linear",
+    "equivalent_kernel",
+    "knn_regress",
+    "knn_classify",
+    "loo_cv_score",
+    "select_bandwidth",
+    "BandwidthSelection",
+]
+
+
+def _prepare(x_query, x, y, bandwidth):
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    y2, squeeze = check_targets(y, x.shape[0], like=x)
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    return xq, x, y2, squeeze, h
+
+
+def nadaraya_watson(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
+    r"""Nadaraya–Watson local mean :math:`\hat y(q) = \sum_i K(q, x_i) y_i / \sum_i K(q, x_i)`.
+
+    Shapes: ``x_query (m, d)``, ``x (n, d)`` (1-D means ``d = 1``), ``y (n,)`` or ``(n, k)``,
+    ``bandwidth`` a float or ``(d,)``. Returns ``(m,)`` or ``(m, k)``. Weights are normalized in
+    log space, so a query far from all data gets its nearest points' mean; under a compact kernel
+    a query with no point within the bandwidth gets NaN (and a warning).
+    """
+    xq, x, y2, squeeze, h = _prepare(x_query, x, y, bandwidth)
+    mean, _ = local_average(xq, x, y2, h, kernel)
+    return mean[:, 0] if squeeze else mean
+
+
+def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
+    """Local-linear equivalent kernel for one chunk of queries, ``(rows, n)``.
+
+    With design rows :math:`a_i = [1, (x_i - q)/h]` and weights :math:`w_i`, the fitted intercept is
+    :math:`e_1^\top M^{+} \sum_i w_i a_i y_i` with :math:`M = \sum_i w_i a_i a_i^\top`, so
+    :math:`\ell_i = w_i\, a_i^\top M^{+} e_1`.
+    """
+    lw = log_weights(xq, x, h, kern, center)
+    top = lw.max(dim=1, keepdim=True).values
+    # weights relative to the row's largest one: scale-free, so far queries do not underflow
+    w = torch.exp(lw - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))
+    diff = (x[None, :, :] - xq[:, None, :]) / h  # (rows, n, d)
+    a = torch.cat([torch.ones_like(diff[..., :1]), diff], dim=2)  # (rows, n, d+1)
+    wa = w[..., None] * a
+    M = wa.transpose(1, 2) @ a  # (rows, d+1, d+1)
+    c = torch.linalg.pinv(M, hermitian=True)[..., :, 0]  # M⁺ e₁, (rows, d+1)
+    ell = (wa @ c[..., None])[..., 0]
+    empty = torch.isneginf(top[:, 0])
+    if bool(empty.any()):
+        ell[empty] = math.nan
+    return ell
+
+
+def _ll_chunks(xq, x, h, kernel, width: int):
+    kern = get_kernel(kernel)
+    center = x.mean(0)
+    rows = chunk_rows(xq.shape[0], x.shape[0], x.shape[1] + 2 + width, x.element_size(), MEMORY_BUDGET)
+    for sl in iter_chunks(xq.shape[0], rows):
+        yield sl, _ll_weights(xq[sl], x, h, kern, center)
+
+
+def _warn_empty(n_empty: int, m: int, kernel: str):
+    if n_empty:
+        warnings.warn(
+            f"{n_empty} of {m} queries have no data point within the bandwidth of the compact "
+            f"{kernel!r} kernel; their estimates are NaN",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def local_linear(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
+    r"""Local linear regression: the intercept of a kernel-weighted least-squares line at each query.
+
+    :math:`\hat\beta(q) = \arg\min_\beta \sum_i K(q, x_i)\,(y_i - \beta_0 - \beta_1^\top(x_i - q))^2`,
+    :math:`\hat y(q) = \hat\beta_0(q)`, solved for all queries in batch (any ``d``). Shapes as
+    :func:`nadaraya_watson`. It is a local mean with the weights of :func:`equivalent_kernel`.
+    """
+    xq, x, y2, squeeze, h = _prepare(x_query, x, y, bandwidth)
+    out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
+    for sl, ell in _ll_chunks(xq, x, h, kernel, y2.shape[1]):
+        out[sl] = ell @ y2
+    _warn_empty(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
+    return out[:, 0] if squeeze else out
+
+
+def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
+    r"""The local-linear weights :math:`\ell_i(x^*)`, ``(m, n)``: ``local_linear = equivalent_kernel @ y``.
+
+    Each row sums to one; entries can be negative (near a boundary, where the fitted line
+    extrapolates). In 1-D, :math:`\ell_i \propto K_i (S_2 - (x_i - x^*) S_1)` with
+    :math:`S_k = \sum_j K_j (x_j - x^*)^k`.
+    """
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    out = torch.empty(xq.shape[0], x.shape[0], dtype=x.dtype, device=x.device)
+    for sl, ell in _ll_chunks(xq, x, h, kernel, 1):
+        out[sl] = ell
+    _warn_empty(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
+    return out
+
+
+def _nearest(xq, x, n_neighbors):
+    """Indices of the ``n_neighbors`` nearest points of ``x`` to each query, chunked."""
+    one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+    center = x.mean(0)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+    idx = torch.empty(xq.shape[0], n_neighbors, dtype=torch.long, device=x.device)
+    for sl in iter_chunks(xq.shape[0], rows):
+        idx[sl] = torch.topk(scaled_sq_dist(xq[sl], x, one, center), n_neighbors, dim=1, largest=False).indices
+    return idx
+
+
+def knn_regress(x_query, x, y, n_neighbors: int = 5) -> torch.Tensor:
+    r"""KNN regression as a local mean with the rank kernel :math:`K = 1[x_i \in N_k(q)]`.
+
+    ``ŷ(q) = (1/k) Σ_{i ∈ N_k(q)} yᵢ``. Shapes as :func:`nadaraya_watson`.
+    """
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    y2, squeeze = check_targets(y, x.shape[0], like=x)
+    k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
+    out = y2[_nearest(xq, x, k)].mean(dim=1)
+    return out[:, 0] if squeeze else out
+
+
+def knn_classify(x_query, x, labels, n_neighbors: int = 5, return_proba: bool = False):
+    r"""KNN classification: the local mean of one-hot labels, then its argmax.
+
+    Returns predicted labels ``(m,)`` (ties go to the smallest label), and with
+    ``return_proba=True`` also ``(proba (m, c), classes (c,))``.
+    """
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    lab = torch.as_tensor(labels, device=x.device) if not isinstance(labels, torch.Tensor) else labels.to(x.device)
+    if lab.is_floating_point() or lab.is_complex() or lab.dtype == torch.bool:
+        if lab.is_floating_point() and bool((lab == lab.round()).all()):
+            lab = lab.long()
+        else:
+            raise TypeError("labels must be integers (class ids)")
+    if lab.ndim != 1 or lab.shape[0] != x.shape[0]:
+        raise ValueError(f"labels must have shape ({x.shape[0]},) to match x, got {tuple(lab.shape)}")
+    k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
+    classes, codes = torch.unique(lab, return_inverse=True)
+    onehot = torch.nn.functional.one_hot(codes, len(classes)).to(x.dtype)
+    proba = onehot[_nearest(xq, x, k)].mean(dim=1)
+    pred = classes[proba.argmax(dim=1)]
+    return (pred, proba, classes) if return_proba else pred
+
+
+def _smoother_diagonal(x, h, kernel, method):
+    """``(L_ii)`` and fitted values' weights for LOO: returns ``(yhat-function-ready weights diag)``."""
+    if method == "nw":
+        _, lse = local_average(x, x, None, h, kernel, warn_empty=False)
+        # log K(xᵢ, xᵢ) = log k(0) = 0 for every profile, so Lᵢᵢ = 1 / Σⱼ K(xᵢ, xⱼ)
+        return torch.exp(-lse)
+    diag = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
+    for sl, ell in _ll_chunks(x, x, h, kernel, 1):
+        diag[sl] = ell[torch.arange(ell.shape[0], device=x.device), torch.arange(sl.start, sl.stop, device=x.device)]
+    return diag
+
+
+def loo_cv_score(x, y, bandwidth, kernel: str = "gaussian", method: str = "nw") -> float:
+    r"""Leave-one-out mean squared error of a local mean, by the linear-smoother shortcut.
+
+    For a linear smoother :math:`\hat y = L y` whose rows sum to one,
+    :math:`y_i - \hat y_{-i}(x_i) = (y_i - \hat y_i) / (1 - L_{ii})`, so no refit is needed.
+    ``method`` is ``"nw"`` (Nadaraya–Watson) or ``"ll"`` (local linear). Returns ``inf`` when a
+    point is alone in its neighbourhood (``L_ii = 1``: its leave-one-out fit is undefined).
+    """
+    x = check_points(x, "x")
+    y2, _ = check_targets(y, x.shape[0], like=x)
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    method = check_choice(method, "method", ["nw", "ll"])
+    get_kernel(kernel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fitted = (nadaraya_watson if method == "nw" else local_linear)(x, x, y2, h, kernel)
+    diag = _smoother_diagonal(x, h, kernel, method)
+    denom = 1.0 - diag
+    if bool((denom.abs() < 1e-12).any()) or not bool(torch.isfinite(fitted).all()):
+        return math.inf
+    resid = (y2 - fitted) / denom[:, None]
+    return float((resid**2).mean())
+
+
+@dataclass
+class BandwidthSelection:
+    """Result of :func:`select_bandwidth`: the chosen bandwidth and the LOO-CV curve."""
+
+    bandwidth: float
+    grid: torch.Tensor
+    scores: torch.Tensor
+
+
+def select_bandwidth(
+    x, y, bandwidths: Optional[Sequence[float]] = None, kernel: str = "gaussian", method: str = "nw"
+) -> BandwidthSelection:
+    """Choose the bandwidth minimizing :func:`loo_cv_score` over a grid.
+
+    The default grid has 30 values spaced geometrically between 0.05 and 2 times the standard
+    deviation of ``x`` (averaged over dimensions).
+    """
+    x = check_points(x, "x")
+    if bandwidths is None:
+        s = float(x.std(dim=0).mean()) if x.shape[0] > 1 else 1.0
+        s = s if s > 0 else 1.0
+        grid = torch.logspace(math.log10(0.05 * s), math.log10(2 * s), 30, dtype=x.dtype)
+    else:
+        grid = as_tensor(bandwidths, "bandwidths", ndim=(1,), like=x).cpu()
+        if bool((grid <= 0).any()):
+            raise ValueError("bandwidths must all be positive")
+    scores = torch.tensor([loo_cv_score(x, y, float(b), kernel, method) for b in grid], dtype=x.dtype)
+    if not bool(torch.isfinite(scores).any()):
+        raise ValueError("every bandwidth in the grid leaves some point alone in its neighbourhood; use larger bandwidths")
+    best = int(torch.argmin(scores))
+    return BandwidthSelection(float(grid[best]), grid, scores)

@@ -1,0 +1,21 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("LOCALBOOK_STATIC", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """Every device test runs on the CPU, and again on CUDA when one is present."""
+    return torch.device(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    yield
