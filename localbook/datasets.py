@@ -80,3 +80,46 @@ def make_blobs(
     labels = torch.arange(n) % c
     x = ctr[labels] + std * torch.randn(n, d, generator=g, dtype=dtype)
     return x, labels, ctr
+
+
+# --- shipped data ------------------------------------------------------------------------
+_DATA = __import__("pathlib").Path(__file__).with_name("data")
+_OLIVER_SHA256 = "ed6843e69f29aee6606a1fcdeae401d9c6131b2a7f308b912ffa789dbdcc30f5"
+_FASHION_SHA256 = "c7124de626452594435fbc8c4b3f4ee7673c4d674830a0963eaad10fec978ba6"
+FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+__all__ += ["load_oliver_twist", "load_fashion_mnist_subset", "FASHION_MNIST_CLASSES"]
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_oliver_twist() -> str:
+    """The full text of *Oliver Twist* (Dickens; Project Gutenberg #730, public domain).
+
+    Shipped compressed with the package (see ``localbook/data/PROVENANCE.md``); the checksum of
+    the decompressed text is verified on every load.
+    """
+    import gzip
+
+    raw = gzip.decompress((_DATA / "oliver_twist.txt.gz").read_bytes())
+    if _sha256(raw) != _OLIVER_SHA256:
+        raise RuntimeError("oliver_twist.txt.gz is corrupt: its sha256 does not match the recorded one")
+    return raw.decode("utf-8")
+
+
+def load_fashion_mnist_subset():
+    """The first 200 Fashion-MNIST test images and their official labels (MIT, © Zalando SE).
+
+    Returns ``images`` uint8 numpy array ``(200, 28, 28)`` and ``labels`` ``(200,)``.
+    """
+    import numpy as np
+
+    path = _DATA / "fashion-mnist-t10k-first200.npz"
+    if _sha256(path.read_bytes()) != _FASHION_SHA256:
+        raise RuntimeError(f"{path.name} is corrupt: its sha256 does not match the recorded one")
+    with np.load(path) as d:
+        return d["images"].copy(), d["labels"].copy()
