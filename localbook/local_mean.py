@@ -60,22 +60,32 @@ def nadaraya_watson(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch
 
 
 def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
-    """Local-linear equivalent kernel for one chunk of queries, ``(rows, n)``.
+    r"""Local-linear equivalent kernel for one chunk of queries, ``(rows, n)``.
 
-    With design rows :math:`a_i = [1, (x_i - q)/h]` and weights :math:`w_i`, the fitted intercept is
-    :math:`e_1^\top M^{+} \sum_i w_i a_i y_i` with :math:`M = \sum_i w_i a_i a_i^\top`, so
-    :math:`\ell_i = w_i\, a_i^\top M^{+} e_1`.
+    Centering the design on the weighted mean :math:`\bar x_w` of the neighbourhood makes the
+    normal equations block-diagonal: the intercept is the local mean and the slope solves
+    :math:`C\beta_1 = \sum_i w_i (x_i - \bar x_w) y_i` with
+    :math:`C = \sum_i w_i (x_i - \bar x_w)(x_i - \bar x_w)^\top`. Evaluating the line at the query,
+    :math:`\ell_i = w_i / S_0 + w_i (x_i - \bar x_w)^\top C^{+} (q - \bar x_w)`, whose weights sum
+    to one. Directions in which the neighbourhood's weighted spread is below ``1e-5`` bandwidths
+    (covariance eigenvalue below ``1e-10`` in bandwidth units) carry no information about the
+    slope: the pseudo-inverse sets the slope there to zero, i.e. the fit is a local constant
+    along them (a single effective neighbour gives the Nadaraya–Watson value).
     """
     lw = log_weights(xq, x, h, kern, center)
     top = lw.max(dim=1, keepdim=True).values
     # weights relative to the row's largest one: scale-free, so far queries do not underflow
     w = torch.exp(lw - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))
-    diff = (x[None, :, :] - xq[:, None, :]) / h  # (rows, n, d)
-    a = torch.cat([torch.ones_like(diff[..., :1]), diff], dim=2)  # (rows, n, d+1)
-    wa = w[..., None] * a
-    M = wa.transpose(1, 2) @ a  # (rows, d+1, d+1)
-    c = torch.linalg.pinv(M, hermitian=True)[..., :, 0]  # M⁺ e₁, (rows, d+1)
-    ell = (wa @ c[..., None])[..., 0]
+    s0 = w.sum(1, keepdim=True)  # (rows, 1)
+    xs = (x - center) / h  # scaled coordinates: conditioning independent of units
+    qs = (xq - center) / h
+    xbar = (w @ xs) / s0  # (rows, d)
+    diff = xs[None, :, :] - xbar[:, None, :]  # (rows, n, d)
+    wd = w[..., None] * diff
+    C = wd.transpose(1, 2) @ diff  # (rows, d, d)
+    cov = C / s0[..., None]  # weighted covariance in bandwidth units
+    v = (torch.linalg.pinv(cov, atol=1e-10, hermitian=True) @ (qs - xbar)[..., None])[..., 0] / s0  # (rows, d)
+    ell = w / s0 + (wd @ v[..., None])[..., 0]
     empty = torch.isneginf(top[:, 0])
     if bool(empty.any()):
         ell[empty] = math.nan
@@ -85,7 +95,7 @@ def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
 def _ll_chunks(xq, x, h, kernel, width: int):
     kern = get_kernel(kernel)
     center = x.mean(0)
-    rows = chunk_rows(xq.shape[0], x.shape[0], x.shape[1] + 2 + width, x.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 2 * x.shape[1] + 2 + width, x.element_size(), MEMORY_BUDGET)
     for sl in iter_chunks(xq.shape[0], rows):
         yield sl, _ll_weights(xq[sl], x, h, kern, center)
 

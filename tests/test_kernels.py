@@ -1,0 +1,113 @@
+"""localbook.kernels: conventions, log forms, the chunked engine, validation helpers."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import localbook as lb
+from localbook import _validate as V
+from localbook.kernels import local_average, scaled_sq_dist
+
+U = torch.linspace(0, 2.5, 251, dtype=torch.float64)
+PROFILES = {
+    "gaussian": torch.exp(-U**2 / 2),
+    "laplacian": torch.exp(-U),
+    "epanechnikov": torch.clamp(1 - U**2, min=0),
+    "biweight": torch.clamp(1 - U**2, min=0) ** 2,
+    "tricube": torch.clamp(1 - U**3, min=0) ** 3,
+    "uniform": (U <= 1).double(),
+}
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_profiles_follow_the_design_conventions(name):
+    torch.testing.assert_close(lb.kernel_profile(U, name), PROFILES[name], rtol=1e-12, atol=1e-14)
+    k = lb.get_kernel(name)
+    assert k.compact == (name not in ("gaussian", "laplacian"))
+    assert float(k(torch.tensor(0.0, dtype=torch.float64))) == 1.0
+
+
+def test_scaled_sq_dist_matches_cdist_with_per_dimension_bandwidth(device):
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(30, 3, generator=g, dtype=torch.float64) + 1e3).to(device)
+    b = (torch.randn(40, 3, generator=g, dtype=torch.float64) + 1e3).to(device)
+    h = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, device=device)
+    ref = (((a[:, None, :] - b[None, :, :]) / h) ** 2).sum(-1)
+    torch.testing.assert_close(scaled_sq_dist(a, b, h), ref, rtol=1e-9, atol=1e-9)
+
+
+def test_kernel_matrix_uses_per_dimension_bandwidth():
+    x = torch.tensor([[0.0, 0.0], [1.0, 2.0]], dtype=torch.float64)
+    K = lb.kernel_matrix(x, x, [1.0, 2.0])
+    torch.testing.assert_close(K[0, 1], torch.tensor(math.exp(-0.5 * (1 + 1)), dtype=torch.float64))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(1e-3, 1e3), st.floats(-1e4, 1e4))
+def test_log_space_average_never_nan_for_exponential_kernels(h, offset):
+    x = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64)
+    v = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    q = torch.tensor([[offset]], dtype=torch.float64)
+    hh = torch.tensor([h], dtype=torch.float64)
+    for name in ("gaussian", "laplacian"):
+        mean, lse = local_average(q, x, v, hh, name)
+        assert torch.isfinite(mean).all() and 1 - 1e-9 <= float(mean) <= 3 + 1e-9
+
+
+def test_validation_helpers():
+    x = V.check_points([1, 2, 3], "x")
+    assert x.shape == (3, 1) and x.dtype == torch.get_default_dtype()
+    f32 = V.check_points(np.ones((4, 2), np.float32), "x")
+    assert f32.dtype == torch.float32
+    assert V.check_bandwidth(2.0, 3, like=f32).tolist() == [2.0, 2.0, 2.0]
+    assert V.check_index(-1, 5) == 4
+    with pytest.raises(ValueError, match="i must be between -5 and 4"):
+        V.check_index(5, 5)
+    with pytest.raises(TypeError, match="kernel must be one of"):
+        lb.get_kernel(3)
+    with pytest.raises(ValueError, match="u must be non-negative"):
+        lb.kernel_profile([-1.0])
+    with pytest.raises(TypeError, match="flag must be an integer"):
+        V.check_positive_int(True, "flag")
+    with pytest.raises(ValueError, match="noise must be non-negative"):
+        lb.datasets.make_regression_1d(10, noise=-1)
+    with pytest.raises(TypeError, match="must be real-valued"):
+        V.as_tensor(torch.ones(2, dtype=torch.complex64), "z")
+
+
+def test_default_device_is_usable():
+    dev = lb.default_device()
+    assert torch.zeros(1, device=dev).device.type == dev.type
+
+
+def test_datasets_are_seeded_and_shipped_data_verified():
+    a = lb.datasets.make_regression_1d(50, seed=3)
+    b = lb.datasets.make_regression_1d(50, seed=3)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    x, labels, centers = lb.datasets.make_blobs(90, centers=3, seed=1)
+    assert x.shape == (90, 2) and set(labels.tolist()) == {0, 1, 2} and centers.shape == (3, 2)
+    text = lb.datasets.load_oliver_twist()
+    assert text.count("CHAPTER ") >= 53 and "Oliver Twist" in text[:200]
+    imgs, labs = lb.datasets.load_fashion_mnist_subset()
+    assert imgs.shape == (200, 28, 28) and labs[:10].tolist() == [9, 2, 1, 1, 6, 1, 4, 6, 5, 7]
+
+
+def test_widgets_static_mode_draws_small_multiples(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.setenv("LOCALBOOK_STATIC", "1")
+    calls = []
+
+    def plot(ax, h, kernel):
+        calls.append((h, kernel))
+        ax.plot([0, 1], [0, h])
+
+    fig = lb.widgets.interactive_figure(plot, {"h": (0.1, 1.0, 0.1), "kernel": ["gaussian", "uniform"]},
+                                        [{"h": 0.2, "kernel": "gaussian"}, {"h": 0.5, "kernel": "uniform"}])
+    assert calls == [(0.2, "gaussian"), (0.5, "uniform")]
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 2
+    with pytest.raises(ValueError, match="static must list"):
+        lb.widgets.interactive_figure(plot, {}, [])

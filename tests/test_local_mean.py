@@ -1,0 +1,253 @@
+"""localbook.local_mean against statsmodels' KernelReg, brute force, and properties."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
+
+import localbook as lb
+
+statsmodels_kr = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
+
+
+def _data(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (n, d))
+    y = np.sin(2 * x).sum(1) + 0.1 * rng.normal(size=n)
+    q = rng.uniform(-1.2, 1.2, (40, d))
+    return x, y, q
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+@pytest.mark.parametrize("reg_type", ["lc", "ll"])
+def test_matches_statsmodels_kernelreg(d, reg_type):
+    x, y, q = _data(150, d, seed=d)
+    bw = [0.35, 0.5, 0.6][:d]
+    ref = statsmodels_kr.KernelReg(y, x, "c" * d, reg_type=reg_type, bw=bw).fit(q)[0]
+    f = lb.nadaraya_watson if reg_type == "lc" else lb.local_linear
+    got = f(torch.tensor(q), torch.tensor(x), torch.tensor(y), torch.tensor(bw, dtype=torch.float64)).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
+
+
+def test_outputs_follow_device_and_dtype(device):
+    x, y, q = _data(80, 2)
+    for dtype in (torch.float32, torch.float64):
+        xt, yt, qt = (torch.tensor(a, dtype=dtype, device=device) for a in (x, y, q))
+        for f in (lb.nadaraya_watson, lb.local_linear):
+            out = f(qt, xt, yt, 0.4)
+            assert out.device.type == device.type and out.dtype == dtype and out.shape == (40,)
+    # integer inputs become the default float dtype
+    out = lb.nadaraya_watson([0, 1], [0, 1, 2], [1, 2, 3], 1.0)
+    assert out.dtype == torch.get_default_dtype()
+
+
+def test_cuda_agrees_with_cpu(device):
+    x, y, q = _data(300, 2)
+    args = [torch.tensor(a) for a in (q, x, y)]
+    for f in (lb.nadaraya_watson, lb.local_linear):
+        ref = f(*args, 0.3)
+        got = f(*[a.to(device) for a in args], 0.3).cpu()
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_multi_output_is_columnwise():
+    x, y, q = _data(100, 2)
+    Y = np.stack([y, -2 * y + 1], 1)
+    for f in (lb.nadaraya_watson, lb.local_linear):
+        both = f(q, x, Y, 0.4)
+        assert both.shape == (40, 2)
+        torch.testing.assert_close(both[:, 0], f(q, x, y, 0.4))
+        torch.testing.assert_close(both[:, 1], f(q, x, -2 * y + 1, 0.4))
+
+
+@pytest.mark.parametrize("kernel", list(lb.KERNELS))
+def test_nw_equals_explicit_weighted_mean(kernel):
+    x, y, q = _data(120, 2)
+    K = lb.kernel_matrix(q, x, 0.7, kernel)
+    ref = (K @ torch.tensor(y)) / K.sum(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        got = lb.nadaraya_watson(q, x, y, 0.7, kernel)
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12, equal_nan=True)
+
+
+def test_small_chunks_give_same_answer(monkeypatch):
+    x, y, q = _data(200, 2)
+    ref_nw, ref_ll = lb.nadaraya_watson(q, x, y, 0.3), lb.local_linear(q, x, y, 0.3)
+    import localbook.kernels as kern
+    import localbook.local_mean as lm
+
+    monkeypatch.setattr(kern, "MEMORY_BUDGET", 4096)
+    monkeypatch.setattr(lm, "MEMORY_BUDGET", 4096)
+    monkeypatch.setattr(kern.local_average, "__kwdefaults__", {"budget": 4096, "warn_empty": True})
+    torch.testing.assert_close(lb.nadaraya_watson(q, x, y, 0.3), ref_nw)
+    torch.testing.assert_close(lb.local_linear(q, x, y, 0.3), ref_ll)
+
+
+def test_far_query_gets_nearest_value_not_nan():
+    x = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)
+    y = torch.tensor([5.0, 6.0, 7.0], dtype=torch.float64)
+    out = lb.nadaraya_watson([[1e4], [-1e4]], x, y, 0.01)
+    torch.testing.assert_close(out, torch.tensor([7.0, 5.0], dtype=torch.float64))
+    out = lb.local_linear([[50.0]], x, y, 0.01)
+    assert torch.isfinite(out).all()
+
+
+def test_empty_neighbourhood_warns_once_and_gives_nan():
+    x = torch.linspace(0, 1, 11, dtype=torch.float64)
+    y = x.clone()
+    with pytest.warns(UserWarning, match="2 of 3 queries have no data point") as rec:
+        out = lb.nadaraya_watson([0.5, 5.0, -5.0], x, y, 0.2, kernel="epanechnikov")
+    assert len([w for w in rec if issubclass(w.category, UserWarning)]) == 1
+    assert torch.isnan(out[1:]).all() and torch.isclose(out[0], torch.tensor(0.5, dtype=torch.float64))
+    with pytest.warns(UserWarning, match="1 of 1"):
+        assert torch.isnan(lb.local_linear([9.0], x, y, 0.2, kernel="uniform")).all()
+
+
+def test_equivalent_kernel_reproduces_local_linear_and_1d_formula():
+    x, y, q = _data(90, 1)
+    L = lb.equivalent_kernel(q, x, 0.3)
+    torch.testing.assert_close(L @ torch.tensor(y), lb.local_linear(q, x, y, 0.3))
+    torch.testing.assert_close(L.sum(1), torch.ones(40, dtype=L.dtype))
+    # 1-D closed form ℓᵢ ∝ Kᵢ (S₂ − (xᵢ − x*) S₁)
+    xs = torch.tensor(x[:, 0])
+    for a in range(5):
+        t = float(q[a, 0])
+        K = torch.exp(-0.5 * ((xs - t) / 0.3) ** 2)
+        S1, S2 = (K * (xs - t)).sum(), (K * (xs - t) ** 2).sum()
+        w = K * (S2 - (xs - t) * S1)
+        torch.testing.assert_close(L[a], w / w.sum())
+    # linear functions are reproduced exactly (and weights go negative at the boundary)
+    torch.testing.assert_close(lb.local_linear(q, x, 3 * x[:, 0] - 1, 0.3), torch.tensor(3 * q[:, 0] - 1))
+    assert (lb.equivalent_kernel([[-1.2]], x, 0.3) < 0).any()
+
+
+@pytest.mark.parametrize("method", ["nw", "ll"])
+@pytest.mark.parametrize("kernel", ["gaussian", "epanechnikov"])
+def test_loo_shortcut_equals_brute_force(method, kernel):
+    x, y, _ = _data(50, 1, seed=3)
+    x, y = torch.tensor(x[:, 0]), torch.tensor(y)
+    f = lb.nadaraya_watson if method == "nw" else lb.local_linear
+    h = 0.4
+    resid = []
+    for i in range(len(x)):
+        keep = torch.arange(len(x)) != i
+        resid.append(float(y[i] - f(x[i : i + 1], x[keep], y[keep], h, kernel)))
+    brute = float(np.mean(np.square(resid)))
+    assert math.isclose(lb.loo_cv_score(x, y, h, kernel, method), brute, rel_tol=1e-9)
+
+
+def test_loo_is_inf_when_a_point_is_alone():
+    assert lb.loo_cv_score([0.0, 0.1, 5.0], [1.0, 2.0, 3.0], 0.5, "epanechnikov") == math.inf
+
+
+def test_select_bandwidth_picks_the_grid_minimum():
+    x, y = lb.datasets.make_regression_1d(120, noise=0.3, seed=1, dtype=torch.float64)
+    grid = [0.01, 0.03, 0.05, 0.1, 0.3]
+    sel = lb.select_bandwidth(x, y, grid)
+    scores = [lb.loo_cv_score(x, y, h) for h in grid]
+    assert sel.bandwidth == grid[int(np.argmin(scores))]
+    np.testing.assert_allclose(sel.scores.numpy(), scores)
+    assert 0.01 < sel.bandwidth < 0.3
+    default = lb.select_bandwidth(x, y)
+    assert len(default.grid) == 30 and default.bandwidth in default.grid.tolist()
+
+
+def test_knn_is_a_local_mean_and_matches_sklearn():
+    from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+
+    x, y, q = _data(200, 2, seed=5)
+    ref = KNeighborsRegressor(7).fit(x, y).predict(q)
+    np.testing.assert_allclose(lb.knn_regress(q, x, y, 7).numpy(), ref, rtol=1e-12)
+    labels = (y > 0).astype(int) + (x[:, 0] > 0.5)
+    clf = KNeighborsClassifier(5).fit(x, labels)
+    pred, proba, classes = lb.knn_classify(q, x, labels, 5, return_proba=True)
+    np.testing.assert_allclose(proba.numpy(), clf.predict_proba(q), rtol=1e-12)
+    # no ties possible with 5 neighbours and ≤ 3 classes unless two classes get 2 votes each
+    agree = (pred.numpy() == clf.predict(q)).mean()
+    assert agree > 0.95
+
+
+# ---------------------------------------------------------------- properties (hypothesis)
+@st.composite
+def _pts(draw):
+    """Point clouds in general position (continuous draws), of varied size, scale and offset."""
+    n = draw(st.integers(4, 25))
+    seed = draw(st.integers(0, 2**16))
+    scale = draw(st.floats(0.3, 3.0))
+    return np.random.default_rng(seed).normal(size=(n, 2)) * scale
+
+
+@settings(max_examples=40, deadline=None)
+@given(_pts(), st.floats(0.2, 3.0), st.sampled_from(["gaussian", "laplacian", "biweight"]), st.randoms())
+def test_permutation_invariance(x, h, kernel, rnd):
+    y = np.cos(x).sum(1)
+    perm = list(range(len(x)))
+    rnd.shuffle(perm)
+    q = x[:3] + 0.1
+    for f in (lb.nadaraya_watson, lb.local_linear):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            a, b = f(q, x, y, h, kernel), f(q, x[perm], y[perm], h, kernel)
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-7, equal_nan=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_pts(), st.floats(0.2, 3.0), arrays(np.float64, 2, elements=st.floats(-50, 50)))
+def test_translation_equivariance(x, h, shift):
+    y = np.sin(x[:, 0])
+    q = x[:4] * 0.9
+    for f in (lb.nadaraya_watson, lb.local_linear):
+        torch.testing.assert_close(f(q + shift, x + shift, y, h), f(q, x, y, h), rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_pts(), st.floats(0.05, 3.0), st.sampled_from(list(lb.KERNELS)))
+def test_nw_stays_within_range_of_y(x, h, kernel):
+    y = np.arange(len(x), dtype=float) - 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        out = lb.nadaraya_watson(x + 0.05, x, y, h, kernel)
+    fin = out[torch.isfinite(out)]
+    assert bool((fin >= y.min() - 1e-9).all()) and bool((fin <= y.max() + 1e-9).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(_pts(), st.floats(0.3, 3.0))
+def test_equivalent_kernel_rows_sum_to_one(x, h):
+    L = lb.equivalent_kernel(x[:5] + 0.01, x, h)
+    torch.testing.assert_close(L.sum(1), torch.ones(L.shape[0], dtype=L.dtype), rtol=1e-7, atol=1e-7)
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0], 1.0), ValueError, "y has 1 rows but x has 2"),
+        (lambda: lb.nadaraya_watson([[0.0, 1.0]], [0.0, 1.0], [1.0, 2.0], 1.0), ValueError, "x_query has 2 feature"),
+        (lambda: lb.nadaraya_watson([0.0], np.zeros((2, 2, 2)), [1.0, 2.0], 1.0), ValueError, "x must have 1 or 2"),
+        (lambda: lb.nadaraya_watson([0.0], [], [], 1.0), ValueError, "x is empty"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, np.nan], [1.0, 2.0], 1.0), ValueError, "x contains 1 NaN"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, np.inf], 1.0), ValueError, "y contains 1 NaN"),
+        (lambda: lb.nadaraya_watson([np.nan], [0.0, 1.0], [1.0, 2.0], 1.0), ValueError, "x_query contains"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], 0.0), ValueError, "bandwidth must be positive"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], -1.0), ValueError, "bandwidth must be positive"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], float("nan")), ValueError, "bandwidth"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], [1.0, 2.0]), ValueError, "bandwidth must be a scalar"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], "wide"), TypeError, "bandwidth"),
+        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], 1.0, kernel="cosine"), ValueError, "unknown kernel 'cosine'"),
+        (lambda: lb.nadaraya_watson("abc", [0.0, 1.0], [1.0, 2.0], 1.0), TypeError, "x_query must be an array-like"),
+        (lambda: lb.local_linear([0.0], [0.0, 1.0], [1.0], 1.0), ValueError, "y has 1 rows"),
+        (lambda: lb.knn_regress([0.0], [0.0, 1.0], [1.0, 2.0], 3), ValueError, "n_neighbors must be between 1 and 2"),
+        (lambda: lb.knn_regress([0.0], [0.0, 1.0], [1.0, 2.0], 1.5), TypeError, "n_neighbors must be an integer"),
+        (lambda: lb.knn_classify([0.0], [0.0, 1.0], [0.5, 1.0], 1), TypeError, "labels must be integers"),
+        (lambda: lb.loo_cv_score([0.0, 1.0], [1.0, 2.0], 1.0, method="lasso"), ValueError, "unknown method"),
+        (lambda: lb.select_bandwidth([0.0, 1.0], [1.0, 2.0], [0.1, -1.0]), ValueError, "bandwidths must all be positive"),
+    ],
+)
+def test_bad_input_is_named(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
