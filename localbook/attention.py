@@ -1,0 +1,753 @@
+r"""Attention as a temporal self-local mean, and a small Transformer built from it.
+
+A sequence :math:`x_1, \dots, x_T` is a sample whose points carry a *time* as well as a value.
+With queries :math:`q_t = W_q x_t`, keys :math:`k_s = W_k x_s` and values :math:`v_s = W_v x_s`,
+the *temporal self-local mean* with the kernel
+
+.. math:: K(x_t, t, x_s, s) = \exp(\langle q_t, k_s\rangle \cdot c)\; \kappa(t, s)
+
+(``c`` the scale, :math:`\kappa \ge 0` a *temporal kernel*) is
+
+.. math:: \hat v_t = \frac{\sum_s K(x_t, t, x_s, s)\, v_s}{\sum_s K(x_t, t, x_s, s)},
+
+which for :math:`\kappa(t, s) = 1[s \le t]` is causal softmax self-attention. Temporal kernels are
+handled in log form (:math:`\log\kappa = -\infty` where a key is masked), exactly like the
+localization kernels of :mod:`localbook.kernels`:
+
+* causal mask :math:`\kappa = 1[s \le t]`;
+* sliding window of width ``w``: :math:`\kappa = 1[|t - s| < w]` (local attention);
+* exponential recency decay :math:`\kappa = e^{-\lambda |t - s|}` (ALiBi, Press et al. 2022).
+
+The module also holds the pieces of chapter 5: a multi-head layer :class:`LocalMeanAttention`,
+a tiny :class:`LocalTransformer`, a character tokenizer, a seeded training loop, the discrete
+(bigram) kernel model :class:`DiscreteKernel`, and :func:`attention_graph` for drawing learned
+weights as a token graph.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
+from .kernels import MEMORY_BUDGET, chunk_rows, iter_chunks
+
+__all__ = [
+    "TemporalKernel",
+    "alibi_slopes",
+    "temporal_kernel",
+    "local_mean_attention",
+    "LocalMeanAttention",
+    "LocalTransformer",
+    "CharTokenizer",
+    "sample_batch",
+    "train_language_model",
+    "TrainingHistory",
+    "evaluate_loss",
+    "bigram_counts",
+    "bigram_kernel",
+    "DiscreteKernel",
+    "AttentionGraph",
+    "attention_graph",
+    "word_groups",
+    "draw_attention_graph",
+]
+
+WEIGHTS = ("softmax", "sparsemax", "entmax15")
+
+
+# --- temporal kernels --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TemporalKernel:
+    r"""A temporal kernel :math:`\kappa(t, s)` on positions, in log form.
+
+    ``log κ(t, s) = log 1[s ≤ t] (if causal) + log 1[|t − s| < window] (if window) − decay·|t − s|``.
+    ``decay`` is a non-negative float or a 1-D tensor of per-head rates ``(H,)`` (then the log
+    matrix has shape ``(H, T_q, T_k)`` and broadcasts against ``(..., H, T_q, T_k)`` scores).
+    Query ``i`` sits at position ``i`` and key ``j`` at position ``j`` (the top-left alignment of
+    :func:`torch.nn.functional.scaled_dot_product_attention` with ``is_causal=True``).
+    """
+
+    causal: bool = False
+    window: Optional[int] = None
+    decay: Union[float, torch.Tensor, None] = None
+
+    def __post_init__(self):
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"causal must be True or False, got {type(self.causal).__name__}")
+        if self.window is not None:
+            object.__setattr__(self, "window", check_positive_int(self.window, "window"))
+        if self.decay is not None:
+            if isinstance(self.decay, torch.Tensor) and self.decay.numel() != 1:
+                d = self.decay.detach()
+                if d.ndim != 1 or not bool(torch.isfinite(d).all()) or bool((d < 0).any()):
+                    raise ValueError("decay must be a non-negative float or a 1-D tensor of non-negative per-head rates")
+            else:
+                object.__setattr__(self, "decay", check_positive_float(self.decay, "decay", allow_zero=True))
+
+    @property
+    def trivial(self) -> bool:
+        """True when the kernel is constant (no mask, no window, no decay)."""
+        return not self.causal and self.window is None and (
+            self.decay is None or (not isinstance(self.decay, torch.Tensor) and self.decay == 0))
+
+    def log_matrix(self, t_q, t_k, *, dtype=None, device=None) -> torch.Tensor:
+        """``log κ(t, s)`` for query positions ``t_q`` and key positions ``t_k``.
+
+        ``t_q``/``t_k`` are integer counts (positions ``0..T-1``) or 1-D position tensors.
+        Returns ``(T_q, T_k)``, or ``(H, T_q, T_k)`` for per-head decay rates.
+        """
+        dtype = dtype or torch.get_default_dtype()
+        tq = torch.arange(t_q, device=device) if isinstance(t_q, int) else t_q.to(device)
+        tk = torch.arange(t_k, device=device) if isinstance(t_k, int) else t_k.to(device)
+        lag = tq[:, None] - tk[None, :]  # t − s
+        out = torch.zeros(lag.shape, dtype=dtype, device=device)
+        keep = torch.ones(lag.shape, dtype=torch.bool, device=device)
+        if self.causal:
+            keep &= lag >= 0
+        if self.window is not None:
+            keep &= lag.abs() < self.window
+        if self.decay is not None:
+            rate = self.decay
+            if isinstance(rate, torch.Tensor):
+                rate = rate.to(dtype=dtype, device=device)
+                if rate.ndim == 1:
+                    out = -rate[:, None, None] * lag.abs().to(dtype)
+                    keep = keep.expand_as(out)
+                else:
+                    out = -rate * lag.abs().to(dtype)
+            else:
+                out = -rate * lag.abs().to(dtype)
+        return out.masked_fill(~keep, -math.inf)
+
+    def matrix(self, t_q, t_k, **kw) -> torch.Tensor:
+        """``κ(t, s)`` itself (zeros where masked), for figures."""
+        return torch.exp(self.log_matrix(t_q, t_k, **kw))
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's per-head decay rates ``2^(-8h/H)``, ``h = 1..H`` (Press et al. 2022), ``(H,)``."""
+    n_heads = check_positive_int(n_heads, "n_heads")
+    return torch.pow(2.0, -8.0 * torch.arange(1, n_heads + 1, dtype=torch.float64) / n_heads).to(torch.get_default_dtype())
+
+
+def temporal_kernel(T: int, causal: bool = False, window: Optional[int] = None, decay=None) -> torch.Tensor:
+    """The ``(T, T)`` temporal kernel matrix ``κ(t, s)`` (see :class:`TemporalKernel`)."""
+    T = check_positive_int(T, "T")
+    return TemporalKernel(causal=causal, window=window, decay=decay).matrix(T, T)
+
+
+# --- the local mean ----------------------------------------------------------------------------
+def _check_qkv(q, k, v):
+    if not isinstance(q, torch.Tensor):
+        q = as_tensor(q, "q")
+    elif not q.is_floating_point():
+        q = q.to(torch.get_default_dtype())
+    q = as_tensor(q, "q")
+    k = as_tensor(k, "k", like=q)
+    v = as_tensor(v, "v", like=q)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., T, d) with at least 2 dimensions, got shape {tuple(t.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same feature dimension d, got q: {q.shape[-1]} and k: {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length T_k (keys and values pair up), got k: {k.shape[-2]} and v: {v.shape[-2]}")
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of q {tuple(q.shape[:-2])}, k {tuple(k.shape[:-2])} and v {tuple(v.shape[:-2])} do not broadcast"
+        ) from None
+    return q, k, v, batch
+
+
+def _temporal_log(temporal, causal: bool, Tq: int, Tk: int, like: torch.Tensor):
+    """Combine ``causal`` and ``temporal`` into an additive log kernel (or None when constant)."""
+    if temporal is None:
+        temporal = TemporalKernel(causal=causal)
+    if isinstance(temporal, TemporalKernel):
+        if causal and not temporal.causal:
+            temporal = TemporalKernel(causal=True, window=temporal.window, decay=temporal.decay)
+        return temporal
+    if isinstance(temporal, dict):
+        return _temporal_log(TemporalKernel(**temporal), causal, Tq, Tk, like)
+    if not isinstance(temporal, torch.Tensor):
+        raise TypeError(
+            "temporal must be None, a TemporalKernel, a dict of its fields, or a tensor (boolean mask or "
+            f"log kernel) broadcastable to (..., T_q, T_k); got {type(temporal).__name__}")
+    if temporal.ndim < 2:
+        raise ValueError(f"a temporal tensor must have shape (..., T_q, T_k) = (..., {Tq}, {Tk}), got shape {tuple(temporal.shape)}")
+    if temporal.shape[-2] not in (1, Tq) or temporal.shape[-1] not in (1, Tk):
+        raise ValueError(f"a temporal tensor must broadcast to (..., T_q, T_k) = (..., {Tq}, {Tk}), got shape {tuple(temporal.shape)}")
+    t = temporal.to(like.device)
+    if t.dtype == torch.bool:
+        t = torch.zeros(t.shape, dtype=like.dtype, device=like.device).masked_fill(~t, -math.inf)
+    elif t.is_floating_point():
+        t = t.to(like.dtype)
+        if bool(torch.isnan(t).any()) or bool(torch.isposinf(t).any()):
+            raise ValueError("a temporal log kernel must not contain NaN or +inf (use -inf to mask a key)")
+    else:
+        raise TypeError(f"a temporal tensor must be boolean (True = attend) or a floating log kernel, got dtype {t.dtype}")
+    if causal:
+        t = t + TemporalKernel(causal=True).log_matrix(Tq, Tk, dtype=like.dtype, device=like.device)
+    return t
+
+
+def _chunk_log(tl, sl: slice, Tk: int, like: torch.Tensor):
+    """The temporal log kernel for the query rows ``sl`` (None when constant)."""
+    if tl is None:
+        return None
+    if isinstance(tl, TemporalKernel):
+        if tl.trivial:
+            return None
+        pos = torch.arange(sl.start, sl.stop, device=like.device)
+        return tl.log_matrix(pos, Tk, dtype=like.dtype, device=like.device)
+    return tl if tl.shape[-2] == 1 else tl[..., sl, :]
+
+
+def _resolve_weights(weights) -> Callable:
+    if callable(weights):
+        return weights
+    name = check_choice(weights, "weights", list(WEIGHTS))
+    if name == "softmax":
+        return lambda s: torch.softmax(s, dim=-1)
+    try:
+        from . import entmax as _entmax  # lazily: written in its own chapter
+    except ImportError as exc:  # pragma: no cover - depends on the entmax chapter being present
+        raise ImportError(f"weights={name!r} needs localbook.entmax, which could not be imported: {exc}") from None
+    fn = getattr(_entmax, name)
+    return lambda s: fn(s, dim=-1)
+
+
+def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temporal=None,
+            return_weights=False, fused=True, budget=MEMORY_BUDGET):
+    """The local mean on validated tensors (no checks on values): see :func:`local_mean_attention`."""
+    Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    c = 1.0 / math.sqrt(d) if scale is None else scale
+    q = q.expand(*batch, *q.shape[-2:])
+    k = k.expand(*batch, *k.shape[-2:])
+    v = v.expand(*batch, *v.shape[-2:])
+    tl = _temporal_log(temporal, causal, Tq, Tk, q)
+
+    # empty neighbourhoods (every key masked for some query) → NaN rows, one warning
+    empty = None
+    if isinstance(tl, torch.Tensor) or (isinstance(tl, TemporalKernel) and (tl.window is not None) and not tl.trivial):
+        full = tl if isinstance(tl, torch.Tensor) else tl.log_matrix(Tq, Tk, dtype=q.dtype, device=q.device)
+        empty_rows = torch.isneginf(full).all(dim=-1)
+        if bool(empty_rows.any()):
+            empty = empty_rows
+            warnings.warn(
+                f"{int(empty_rows.sum())} query row(s) have every key masked by the temporal kernel; their "
+                "outputs are NaN", UserWarning, stacklevel=3)
+
+    if weights == "softmax" and fused and not return_weights:
+        if isinstance(tl, TemporalKernel) and tl.trivial:
+            out = F.scaled_dot_product_attention(q, k, v, scale=c)
+        elif isinstance(tl, TemporalKernel) and tl.causal and tl.window is None and tl.decay is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=c)
+        else:
+            mask = tl if isinstance(tl, torch.Tensor) else tl.log_matrix(Tq, Tk, dtype=q.dtype, device=q.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=c)
+        if empty is not None:
+            out = out.masked_fill(empty.expand(*out.shape[:-1])[..., None], math.nan)
+        return out
+
+    fn = _resolve_weights(weights)
+    width = max(1, math.prod(batch)) * (2 if return_weights else 1)
+    rows = chunk_rows(Tq, Tk, width, q.element_size(), budget)
+    outs, ws = [], []
+    for sl in iter_chunks(Tq, rows):
+        s = (q[..., sl, :] @ k.transpose(-1, -2)) * c
+        lk = _chunk_log(tl, sl, Tk, q)
+        if lk is not None:
+            s = s + lk
+        w = fn(s)
+        if not isinstance(w, torch.Tensor) or w.shape != s.shape:
+            raise ValueError(f"weights callable must return a tensor of the score shape {tuple(s.shape)}, got "
+                             f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+        outs.append(w @ v)
+        if return_weights:
+            ws.append(w)
+    out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+    if empty is not None:
+        out = out.masked_fill(empty.expand(*out.shape[:-1])[..., None], math.nan)
+    if return_weights:
+        return out, (torch.cat(ws, dim=-2) if len(ws) > 1 else ws[0])
+    return out
+
+
+def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale: Optional[float] = None,
+                         temporal=None, return_weights: bool = False, *, fused: bool = True):
+    r"""Attention as the temporal self-local mean :math:`\hat v_t = \sum_s w_{ts} v_s`.
+
+    The weights are :math:`w_{ts} = \mathrm{norm}_s(c\, q_t \cdot k_s + \log\kappa(t, s))` with
+    ``norm = softmax`` (so :math:`w_{ts} = K_{ts}/\sum_{s'} K_{ts'}` with
+    :math:`K_{ts} = e^{c\, q_t\cdot k_s}\kappa(t, s)`), ``"sparsemax"``, ``"entmax15"``, or any
+    callable mapping the score tensor ``(..., rows, T_k)`` to weights of the same shape, acting
+    row-wise along the last axis.
+
+    Shapes: ``q (..., T_q, d)``, ``k (..., T_k, d)``, ``v (..., T_k, d_v)`` with broadcastable
+    batch dimensions; returns ``(..., T_q, d_v)`` and, with ``return_weights=True``, also the
+    weights ``(..., T_q, T_k)``. ``scale`` defaults to :math:`c = 1/\sqrt d`. ``temporal`` is a
+    :class:`TemporalKernel` (or a dict of its fields), or a tensor broadcastable to
+    ``(..., T_q, T_k)``: boolean (``True`` = attend) or an additive log kernel (``-inf`` masks).
+    ``causal=True`` adds the mask :math:`1[s \le t]` to any temporal kernel.
+
+    With ``weights="softmax"`` and no weights requested this is PyTorch's fused
+    :func:`~torch.nn.functional.scaled_dot_product_attention`; otherwise (or with
+    ``fused=False``) the explicit local mean runs in chunks of query rows under a memory budget,
+    so its forward memory grows like ``T`` (not ``T²``) when the weights are not returned.
+    Rows whose keys are all masked give NaN (with a ``UserWarning``).
+    """
+    q, k, v, batch = _check_qkv(q, k, v)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {type(causal).__name__}")
+    if not isinstance(return_weights, bool):
+        raise TypeError(f"return_weights must be True or False, got {type(return_weights).__name__}")
+    if not callable(weights):
+        check_choice(weights, "weights", list(WEIGHTS))
+    if scale is not None:
+        scale = check_positive_float(scale, "scale")
+    return _attend(q, k, v, batch, causal=causal, weights=weights, scale=scale, temporal=temporal,
+                   return_weights=return_weights, fused=fused)
+
+
+# --- layers ------------------------------------------------------------------------------------
+class LocalMeanAttention(nn.Module):
+    r"""Multi-head self-attention written as ``H`` temporal local means.
+
+    Head ``h`` projects ``x (B, T, d_model)`` to :math:`q = x W_q^h`, :math:`k = x W_k^h`,
+    :math:`v = x W_v^h` (``d_head = d_model / H``), takes :func:`local_mean_attention`, and the
+    heads are concatenated and mixed by :math:`W_o`. Returns ``(B, T, d_model)`` (and the weights
+    ``(B, H, T, T)`` with ``return_weights=True``). Unbatched ``(T, d_model)`` input works too.
+    """
+
+    def __init__(self, d_model: int, n_heads: int = 1, causal: bool = True, temporal=None,
+                 weights="softmax", bias: bool = True):
+        super().__init__()
+        d_model = check_positive_int(d_model, "d_model")
+        n_heads = check_positive_int(n_heads, "n_heads")
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if not callable(weights):
+            check_choice(weights, "weights", list(WEIGHTS))
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.causal, self.temporal, self.weights = bool(causal), temporal, weights
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        if not isinstance(x, torch.Tensor) or x.shape[-1] != self.d_model or x.ndim not in (2, 3):
+            raise ValueError(f"x must be a tensor of shape (B, T, {self.d_model}) or (T, {self.d_model}), "
+                             f"got {tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        unbatched = x.ndim == 2
+        if unbatched:
+            x = x[None]
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        res = _attend(q, k, v, (B, self.n_heads), causal=self.causal, weights=self.weights,
+                      temporal=self.temporal, return_weights=return_weights)
+        o, w = res if return_weights else (res, None)
+        y = self.out(o.transpose(1, 2).reshape(B, T, self.d_model))
+        if unbatched:
+            y, w = y[0], (w[0] if w is not None else None)
+        return (y, w) if return_weights else y
+
+
+class _Block(nn.Module):
+    """One level of the hierarchy: ``x + LocalMean(LN(x))``, then ``x + FF(LN(x))``."""
+
+    def __init__(self, d_model, n_heads, d_ff, causal, temporal, weights):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = LocalMeanAttention(d_model, n_heads, causal=causal, temporal=temporal, weights=weights)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+
+    def forward(self, x, return_weights=False):
+        a = self.attn(self.ln1(x), return_weights=return_weights)
+        a, w = a if return_weights else (a, None)
+        x = x + a
+        x = x + self.ff(self.ln2(x))
+        return x, w
+
+
+class LocalTransformer(nn.Module):
+    r"""A tiny causal Transformer as a hierarchical local model.
+
+    token + position embedding → [``x + LocalMeanAttention(LN x)``, ``x + FF(LN x)``] × ``n_layers``
+    → LN → linear readout to next-token logits. ``forward(idx (B, T) long)`` returns logits
+    ``(B, T, V)``; ``T ≤ context``. ``temporal`` (e.g. ``TemporalKernel(decay=alibi_slopes(H))``)
+    adds a temporal kernel to every layer; ``positional=False`` drops the learned position embedding.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 context: int = 128, d_ff: Optional[int] = None, temporal=None, weights="softmax",
+                 positional: bool = True):
+        super().__init__()
+        self.vocab_size = check_positive_int(vocab_size, "vocab_size")
+        self.context = check_positive_int(context, "context")
+        n_layers = check_positive_int(n_layers, "n_layers")
+        d_model = check_positive_int(d_model, "d_model")
+        d_ff = 4 * d_model if d_ff is None else check_positive_int(d_ff, "d_ff")
+        self.tok = nn.Embedding(self.vocab_size, d_model)
+        self.pos = nn.Embedding(self.context, d_model) if positional else None
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads, d_ff, True, temporal, weights) for _ in range(n_layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.readout = nn.Linear(d_model, self.vocab_size)
+
+    def _check_idx(self, idx):
+        if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int64, torch.int32) or idx.ndim not in (1, 2):
+            raise TypeError("idx must be an integer tensor of token ids, shape (B, T) or (T,)")
+        if idx.shape[-1] > self.context:
+            raise ValueError(f"idx has {idx.shape[-1]} positions but the model's context is {self.context}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
+            raise ValueError(f"idx must hold token ids in [0, {self.vocab_size}), got values in "
+                             f"[{int(idx.min())}, {int(idx.max())}]")
+
+    def forward(self, idx: torch.Tensor, return_weights: bool = False):
+        self._check_idx(idx)
+        unbatched = idx.ndim == 1
+        if unbatched:
+            idx = idx[None]
+        x = self.tok(idx)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        ws = []
+        for blk in self.blocks:
+            x, w = blk(x, return_weights)
+            ws.append(w)
+        logits = self.readout(self.ln(x))
+        if unbatched:
+            logits = logits[0]
+            ws = [w[0] if w is not None else None for w in ws]
+        return (logits, ws) if return_weights else logits
+
+    @torch.no_grad()
+    def attention_weights(self, idx: torch.Tensor) -> List[torch.Tensor]:
+        """The learned local-mean weights of every layer, a list of ``(B, H, T, T)`` (or ``(H, T, T)``)."""
+        return self.forward(idx, return_weights=True)[1]
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, n_new: int, temperature: float = 1.0, seed: int = 0) -> torch.Tensor:
+        """Sample ``n_new`` tokens after the prompt ``idx (T,)``; returns the ``(T + n_new,)`` ids."""
+        n_new = check_positive_int(n_new, "n_new", minimum=0)
+        temperature = check_positive_float(temperature, "temperature")
+        if not isinstance(idx, torch.Tensor) or idx.ndim != 1 or idx.numel() == 0:
+            raise ValueError("idx must be a non-empty 1-D tensor of token ids (the prompt)")
+        g = torch.Generator(device=idx.device).manual_seed(seed)
+        out = idx.clone()
+        for _ in range(n_new):  # one new token per step: the loop is over time, not data points
+            logits = self.forward(out[-self.context:])[-1] / temperature
+            nxt = torch.multinomial(torch.softmax(logits.double(), -1).to(logits.dtype), 1, generator=g)
+            out = torch.cat([out, nxt])
+        return out
+
+
+# --- text --------------------------------------------------------------------------------------
+class CharTokenizer:
+    """A character-level tokenizer: the vocabulary is the sorted set of characters of ``text``.
+
+    ``encode(str) → (n,) long tensor``, ``decode(ids) → str``; ``len(tok)`` is ``|V|``.
+    """
+
+    def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not text:
+            raise ValueError("text is empty; a tokenizer needs at least one character")
+        self.chars: List[str] = sorted(set(text))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(|V| = {len(self)})"
+
+    def encode(self, text: str) -> torch.Tensor:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        unknown = sorted(set(text) - self.index.keys())
+        if unknown:
+            raise ValueError(f"text contains {len(unknown)} character(s) not in the vocabulary: {''.join(unknown)!r}")
+        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids) -> str:
+        ids = torch.as_tensor(ids)
+        if ids.is_floating_point() or ids.dtype == torch.bool or ids.ndim > 1:
+            raise TypeError("ids must be a 1-D sequence of integer token ids")
+        ids = ids.reshape(-1).tolist()
+        bad = [i for i in ids if not 0 <= i < len(self)]
+        if bad:
+            raise ValueError(f"ids must be in [0, {len(self)}), got {bad[:5]}")
+        return "".join(self.chars[i] for i in ids)
+
+
+def _check_tokens(tokens, name="tokens") -> torch.Tensor:
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 1:
+        raise TypeError(f"{name} must be a 1-D integer tensor of token ids")
+    return tokens.long()
+
+
+def sample_batch(tokens: torch.Tensor, batch_size: int, context: int, generator: Optional[torch.Generator] = None):
+    """``batch_size`` random windows of ``tokens``: inputs ``x (B, T)`` and next tokens ``y (B, T)``."""
+    tokens = _check_tokens(tokens)
+    batch_size = check_positive_int(batch_size, "batch_size")
+    context = check_positive_int(context, "context", maximum=max(1, tokens.numel() - 1))
+    start = torch.randint(0, tokens.numel() - context, (batch_size,), generator=generator)
+    idx = start[:, None] + torch.arange(context)
+    idx = idx.to(tokens.device)
+    return tokens[idx], tokens[idx + 1]
+
+
+@dataclass
+class TrainingHistory:
+    """Losses (mean cross-entropy, nats per token) of :func:`train_language_model`."""
+
+    steps: List[int] = field(default_factory=list)
+    train_loss: List[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def train_language_model(model: nn.Module, tokens: torch.Tensor, *, steps: int = 300, batch_size: int = 32,
+                         context: int = 64, lr: float = 3e-3, seed: int = 0, progress: bool = True,
+                         log_every: int = 10) -> TrainingHistory:
+    r"""Next-token training with AdamW: minimize :math:`-\frac1{BT}\sum \log p(x_{t+1} \mid x_{\le t})`.
+
+    ``model`` maps ``(B, T)`` token ids to ``(B, T, V)`` logits (a :class:`LocalTransformer` or a
+    :class:`DiscreteKernel`). Batches are random windows drawn with a generator seeded by ``seed``
+    (so two runs from the same initial weights give the same history). A tqdm progress bar is shown
+    unless ``progress=False`` or the environment variable ``LOCALBOOK_STATIC`` is set.
+    """
+    import time
+
+    from tqdm.auto import tqdm
+
+    tokens = _check_tokens(tokens)
+    steps = check_positive_int(steps, "steps")
+    lr = check_positive_float(lr, "lr")
+    log_every = check_positive_int(log_every, "log_every")
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=lr / 10)
+    hist = TrainingHistory()
+    static = os.environ.get("LOCALBOOK_STATIC", "").lower() in {"1", "true", "yes"}
+    bar = tqdm(range(steps), disable=static or not progress, desc="training", leave=False)
+    model.train()
+    t0 = time.perf_counter()
+    for step in bar:
+        x, y = sample_batch(tokens, batch_size, context, g)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == steps - 1:
+            hist.steps.append(step)
+            hist.train_loss.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{hist.train_loss[-1]:.3f}")
+    hist.seconds = time.perf_counter() - t0
+    model.eval()
+    return hist
+
+
+@torch.no_grad()
+def evaluate_loss(model: nn.Module, tokens: torch.Tensor, context: int = 64, max_windows: int = 256) -> float:
+    """Mean next-token cross-entropy (nats) over consecutive non-overlapping windows of ``tokens``."""
+    tokens = _check_tokens(tokens)
+    context = check_positive_int(context, "context", maximum=max(1, tokens.numel() - 1))
+    max_windows = check_positive_int(max_windows, "max_windows")
+    n = min(max_windows, (tokens.numel() - 1) // context)
+    x = tokens[: n * context].view(n, context)
+    y = tokens[1: n * context + 1].view(n, context)
+    was = model.training
+    model.eval()
+    logits = model(x)
+    model.train(was)
+    return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), y.reshape(-1)))
+
+
+# --- discrete kernels ----------------------------------------------------------------------------
+def bigram_counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``C[a, b] = #{t : x_t = a, x_{t+1} = b}``, ``(V, V)`` in the default float dtype."""
+    tokens = _check_tokens(tokens)
+    V = check_positive_int(vocab_size, "vocab_size")
+    if tokens.numel() < 2:
+        raise ValueError("tokens must hold at least two ids to count bigrams")
+    if int(tokens.min()) < 0 or int(tokens.max()) >= V:
+        raise ValueError(f"tokens must be ids in [0, {V}), got values in [{int(tokens.min())}, {int(tokens.max())}]")
+    flat = tokens[:-1] * V + tokens[1:]
+    return torch.bincount(flat, minlength=V * V).view(V, V).to(torch.get_default_dtype())
+
+
+def bigram_kernel(tokens: torch.Tensor, vocab_size: int, smoothing: float = 1.0) -> torch.Tensor:
+    r"""The bigram local mean :math:`p(b \mid a) = (C_{ab} + \alpha) / \sum_{b'} (C_{ab'} + \alpha)`, ``(V, V)``.
+
+    It is the maximum-likelihood :class:`DiscreteKernel` (row-normalized) when ``smoothing = 0``.
+    """
+    smoothing = check_positive_float(smoothing, "smoothing", allow_zero=True)
+    C = bigram_counts(tokens, vocab_size) + smoothing
+    tot = C.sum(1, keepdim=True)
+    return C / torch.where(tot > 0, tot, torch.ones_like(tot))
+
+
+class DiscreteKernel(nn.Module):
+    r"""A learnable kernel on a discrete space: the next-token local mean with kernel matrix ``K``.
+
+    The prediction after token ``a`` is the local mean of the one-hot next tokens ``e_b`` with
+    weights ``K(a, b)``: :math:`p(b \mid a) = K(a, b) / \sum_{b'} K(a, b')`, ``K = exp(L)``.
+    ``rank=None`` learns the full ``(V, V)`` log kernel ``L``; ``rank = r`` factorizes it as
+    :math:`L = Q K^\top/\sqrt r + \mathbf 1 \beta^\top` (queries ``Q (V, r)``, keys ``K (V, r)``, a
+    per-next-token bias β) — the query–key form of attention. ``forward(idx (..., T))`` returns
+    logits ``(..., T, V)``.
+    """
+
+    def __init__(self, vocab_size: int, rank: Optional[int] = None, seed: int = 0):
+        super().__init__()
+        self.vocab_size = V = check_positive_int(vocab_size, "vocab_size")
+        self.rank = None if rank is None else check_positive_int(rank, "rank", maximum=V)
+        g = torch.Generator().manual_seed(seed)
+        if self.rank is None:
+            self.log_kernel = nn.Parameter(torch.zeros(V, V))
+        else:
+            self.query = nn.Parameter(0.1 * torch.randn(V, self.rank, generator=g))
+            self.key = nn.Parameter(0.1 * torch.randn(V, self.rank, generator=g))
+            self.bias = nn.Parameter(torch.zeros(V))
+
+    def log_matrix(self) -> torch.Tensor:
+        """The log kernel ``L (V, V)``."""
+        if self.rank is None:
+            return self.log_kernel
+        return self.query @ self.key.T / math.sqrt(self.rank) + self.bias
+
+    def kernel(self) -> torch.Tensor:
+        """The row-normalized kernel ``p(b | a)``, ``(V, V)``."""
+        return torch.softmax(self.log_matrix(), dim=-1)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int64, torch.int32):
+            raise TypeError("idx must be an integer tensor of token ids")
+        return self.log_matrix()[idx]
+
+
+# --- attention as a graph ----------------------------------------------------------------------------
+@dataclass
+class AttentionGraph:
+    """A directed token graph: an edge ``t → s`` of weight ``w`` means token ``t`` averages over ``s``."""
+
+    labels: List[str]
+    weights: torch.Tensor  #: ``(N, N)`` node-level weights (rows: queries)
+    edges: torch.Tensor  #: ``(E, 2)`` long, (query node, key node)
+    edge_weights: torch.Tensor  #: ``(E,)``
+
+    def to_networkx(self):
+        """The graph as a ``networkx.DiGraph`` (needs networkx)."""
+        import networkx as nx
+
+        G = nx.DiGraph()
+        for i, lab in enumerate(self.labels):
+            G.add_node(i, label=lab)
+        for (a, b), w in zip(self.edges.tolist(), self.edge_weights.tolist()):
+            G.add_edge(a, b, weight=w)
+        return G
+
+
+def word_groups(text: str) -> Tuple[torch.Tensor, List[str]]:
+    """Group the characters of ``text`` into words: ``group (len(text),)`` ids and the word labels.
+
+    Runs of letters, digits and apostrophes form a word; every other non-space character is its
+    own group; whitespace joins the group before it (the first group, at the start of the text).
+    """
+    import re
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text must be a str with at least one non-space character")
+    group = [-1] * len(text)
+    labels: List[str] = []
+    for m in re.finditer(r"[\w'’]+|[^\w\s]", text):
+        group[m.start():m.end()] = [len(labels)] * (m.end() - m.start())
+        labels.append(m.group())
+    prev = next(g for g in group if g >= 0)
+    for i, g in enumerate(group):  # fill whitespace forward: a loop over one short passage
+        if g < 0:
+            group[i] = prev
+        else:
+            prev = g
+    return torch.tensor(group, dtype=torch.long), labels
+
+
+def attention_graph(weights, labels: Sequence[str], groups: Optional[torch.Tensor] = None,
+                    threshold: float = 0.1, self_loops: bool = False) -> AttentionGraph:
+    r"""Turn local-mean weights ``(T, T)`` (or ``(H, T, T)``, averaged over heads) into a token graph.
+
+    With ``groups`` (a group id per position, e.g. from :func:`word_groups`), positions are merged:
+    :math:`W_{AB} = \frac1{|A|} \sum_{t\in A} \sum_{s \in B} w_{ts}` (rows still sum to one). An edge
+    ``A → B`` is kept when :math:`W_{AB} \ge` ``threshold``.
+    """
+    w = as_tensor(weights, "weights", ndim=(2, 3))
+    if w.ndim == 3:
+        w = w.mean(0)
+    T = w.shape[0]
+    if w.shape[1] != T:
+        raise ValueError(f"weights must be square (self-attention), got shape {tuple(w.shape)}")
+    threshold = check_positive_float(threshold, "threshold", allow_zero=True)
+    labels = list(labels)
+    if groups is not None:
+        groups = torch.as_tensor(groups, dtype=torch.long, device=w.device)
+        if groups.shape != (T,):
+            raise ValueError(f"groups must have one id per position ({T},), got shape {tuple(groups.shape)}")
+        N = int(groups.max()) + 1
+        onehot = F.one_hot(groups, N).to(w.dtype)  # (T, N)
+        W = (onehot.T @ w @ onehot) / onehot.sum(0).clamp(min=1)[:, None]
+    else:
+        W = w
+    N = W.shape[0]
+    if len(labels) != N:
+        raise ValueError(f"labels must name the {N} nodes, got {len(labels)}")
+    keep = W >= threshold
+    if not self_loops:
+        keep &= ~torch.eye(N, dtype=torch.bool, device=W.device)
+    edges = keep.nonzero()
+    return AttentionGraph(labels, W, edges, W[keep])
+
+
+def draw_attention_graph(graph: AttentionGraph, ax=None, max_width: float = 4.0, color="C0"):
+    """Draw an :class:`AttentionGraph` as an arc diagram: tokens in reading order, arcs ``t → s``.
+
+    Arc width and opacity grow with the weight; uses matplotlib only.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch
+
+    ax = ax or plt.gca()
+    N = len(graph.labels)
+    xs = torch.arange(N, dtype=torch.float64).tolist()
+    wmax = float(graph.edge_weights.max()) if graph.edge_weights.numel() else 1.0
+    for (a, b), wt in zip(graph.edges.tolist(), graph.edge_weights.tolist()):
+        f = wt / wmax
+        rad = 0.35 if a > b else -0.35
+        ax.add_patch(FancyArrowPatch((xs[a], 0.0), (xs[b], 0.0), connectionstyle=f"arc3,rad={-rad}",
+                                     arrowstyle="-|>", mutation_scale=6 + 6 * f, lw=0.3 + max_width * f,
+                                     color=color, alpha=0.25 + 0.7 * f, shrinkA=4, shrinkB=4))
+    ax.scatter(xs, [0.0] * N, s=18, color="k", zorder=3)
+    for x, lab in zip(xs, graph.labels):
+        ax.text(x, -0.05 * max(1, N / 10), lab, rotation=90, ha="center", va="top", fontsize=9)
+    span = max(1.0, (N - 1) * 0.35 / 2 * 1.1)
+    ax.set_xlim(-1, N)
+    ax.set_ylim(-0.25 * max(1, N / 10) - 0.3, span)
+    ax.set_yticks([])
+    ax.set_xticks([])
+    ax.grid(False)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    return ax
