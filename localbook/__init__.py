@@ -18,6 +18,7 @@ from . import check  # noqa: F401  (self-checks for the exercises: lb.check.ch01
 from .density import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .memorization import *  # noqa: F401,F403
+from .entmax import *  # noqa: F401,F403
 # (end of chapter modules)
 
 __version__ = "0.1.0"
