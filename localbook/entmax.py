@@ -38,7 +38,9 @@ Backward pass (all three): with :math:`s_i = p_i^{2-\alpha}` on the support and 
 :math:`\partial L/\partial z = s\odot\big(g - (s^\top g)/\textstyle\sum_i s_i\big)`.
 
 Masked entries may be ``-inf`` (they get exactly 0). A row whose entries are all ``-inf`` has no
-distribution on it and raises ``ValueError``, as do NaN and ``+inf`` entries.
+distribution on it: its output is NaN, as with ``torch.softmax`` (attention reports such empty
+neighbourhoods itself), and it passes a zero gradient back. NaN and ``+inf`` entries raise
+``ValueError``.
 """
 from __future__ import annotations
 
@@ -73,7 +75,11 @@ def _check_alpha(alpha) -> float:
 
 
 def _prepare(z, dim):
-    """Validate ``z``/``dim``; return ``(z, dim, zmax)`` with ``zmax`` the keepdim row maxima."""
+    """Validate ``z``/``dim``; return ``(z, dim, zmax, dead)``.
+
+    ``zmax`` holds the keepdim row maxima; ``dead`` marks (keepdim) the rows whose entries are all
+    ``-inf``, or is ``None`` when there are none.
+    """
     z = as_tensor(z, "z", finite=False)
     if z.ndim == 0:
         raise ValueError("z must have at least one dimension, got a 0-d tensor")
@@ -81,19 +87,19 @@ def _prepare(z, dim):
     if z.shape[dim] == 0:
         raise ValueError(f"z is empty along dim={dim} (shape {tuple(z.shape)})")
     zmax = z.detach().amax(dim=dim, keepdim=True)
+    dead = None
     if zmax.numel():
-        bad = torch.stack([torch.isnan(zmax).any(), (zmax == math.inf).any(), (zmax == -math.inf).any()])
-        nan, pinf, allneg = bad.tolist()
+        dead_rows = zmax == -math.inf
+        bad = torch.stack([torch.isnan(zmax).any(), (zmax == math.inf).any(), dead_rows.any()])
+        nan, pinf, anydead = bad.tolist()
         if nan:
             raise ValueError("z contains NaN values")
         if pinf:
             raise ValueError("z contains +inf values (only -inf, for masked entries, is allowed)")
-        if allneg:
-            raise ValueError(
-                f"z has a row whose entries are all -inf along dim={dim}: nothing to normalize "
-                "(mask at least one entry per row)"
-            )
-    return z, dim, zmax
+        if anydead:
+            dead = dead_rows
+            zmax = zmax.masked_fill(dead, 0.0)
+    return z, dim, zmax, dead
 
 
 def _rows(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -286,8 +292,12 @@ class _EntmaxFunction(torch.autograd.Function):
 
 
 def _entmax(z, dim, alpha, n_iter):
-    z, dim, zmax = _prepare(z, dim)
-    return _EntmaxFunction.apply(z, zmax, dim, alpha, n_iter)
+    z, dim, zmax, dead = _prepare(z, dim)
+    if dead is None:
+        return _EntmaxFunction.apply(z, zmax, dim, alpha, n_iter)
+    # rows with every entry masked: NaN out (like torch.softmax), zero gradient in
+    p = _EntmaxFunction.apply(z.masked_fill(dead, 0.0), zmax, dim, alpha, n_iter)
+    return p.masked_fill(dead, math.nan)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,7 +311,8 @@ def sparsemax(z, dim: int = -1) -> torch.Tensor:
     support, a partial sort (``topk``) of that size gives τ in closed form.
 
     Shapes: ``z`` any shape ``(..., n, ...)``; the output has the same shape and sums to 1 along
-    ``dim``. ``-inf`` entries (masks) get 0; NaN, ``+inf`` and all-``-inf`` rows raise ``ValueError``.
+    ``dim``. ``-inf`` entries (masks) get 0; rows of all ``-inf`` give NaN (zero gradient); NaN and
+    ``+inf`` entries raise ``ValueError``.
     """
     return _entmax(z, dim, 2.0, 50)
 
