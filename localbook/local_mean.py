@@ -32,6 +32,8 @@ __all__ = [
     "equivalent_kernel",
     "knn_regress",
     "knn_classify",
+    "knn_bandwidth",
+    "adaptive_nadaraya_watson",
     "loo_cv_score",
     "select_bandwidth",
     "BandwidthSelection",
@@ -188,6 +190,50 @@ def knn_classify(x_query, x, labels, n_neighbors: int = 5, return_proba: bool = 
     proba = onehot[_nearest(xq, x, k)].mean(dim=1)
     pred = classes[proba.argmax(dim=1)]
     return (pred, proba, classes) if return_proba else pred
+
+
+def knn_bandwidth(x_query, x, n_neighbors: int = 10) -> torch.Tensor:
+    r"""Adaptive bandwidth: the distance from each query to its ``k``-th nearest data point, ``(m,)``."""
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
+    one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+    center = x.mean(0)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+    out = torch.empty(xq.shape[0], dtype=x.dtype, device=x.device)
+    for sl in iter_chunks(xq.shape[0], rows):
+        d2 = torch.topk(scaled_sq_dist(xq[sl], x, one, center), k, dim=1, largest=False).values[:, -1]
+        out[sl] = torch.sqrt(d2)
+    return out
+
+
+def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str = "gaussian", scale: float = 1.0):
+    r"""Nadaraya–Watson with a per-query bandwidth :math:`h(q) = \text{scale}\cdot d_k(q)`.
+
+    :math:`d_k(q)` is the distance to the ``k``-th nearest data point (:func:`knn_bandwidth`),
+    so the neighbourhood widens where data are sparse and narrows where they are dense. With a
+    compact kernel use ``scale > 1`` so that the ``k`` nearest points all get positive weight.
+    Shapes as :func:`nadaraya_watson`.
+    """
+    from ._validate import check_positive_float
+
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    y2, squeeze = check_targets(y, x.shape[0], like=x)
+    scale = check_positive_float(scale, "scale")
+    kern = get_kernel(kernel)
+    hq = scale * knn_bandwidth(xq, x, n_neighbors)
+    # a query sitting on k coincident points has d_k = 0: give it the smallest positive width
+    hq = torch.clamp(hq, min=torch.finfo(x.dtype).tiny ** 0.25)
+    one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+    center = x.mean(0)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+    out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
+    for sl in iter_chunks(xq.shape[0], rows):
+        lw = kern.log_profile(scaled_sq_dist(xq[sl], x, one, center) / hq[sl, None] ** 2)
+        out[sl] = torch.softmax(lw, dim=1) @ y2
+    _warn_empty(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kern.name)
+    return out[:, 0] if squeeze else out
 
 
 def _smoother_diagonal(x, h, kernel, method):

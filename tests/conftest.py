@@ -4,7 +4,9 @@ import pytest
 import torch
 
 os.environ.setdefault("LOCALBOOK_STATIC", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
+import matplotlib
+
+matplotlib.use("Agg")  # in this process only: notebook kernels keep their inline backend
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -1,0 +1,93 @@
+"""Notebook hygiene: every chapter is in the table of contents, stored clean, and self-contained."""
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]
+
+
+def _toc_files(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("file", "root"):
+                yield value
+            else:
+                yield from _toc_files(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _toc_files(item)
+
+
+TOC = list(_toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text())))
+
+
+def test_there_are_chapters():
+    assert len(NOTEBOOKS) >= 2
+
+
+def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
+    in_toc = {t.removesuffix(".ipynb").removesuffix(".md") for t in TOC}
+    for nb in NOTEBOOKS:
+        assert f"book/{nb.stem}" in in_toc, f"{nb.name} is not listed in _toc.yml"
+    for entry in in_toc:
+        assert any((ROOT / (entry + ext)).exists() for ext in (".ipynb", ".md")), f"_toc.yml lists missing {entry}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_valid_and_stored_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert nb.metadata["kernelspec"]["language"] == "python"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: a code cell has stored outputs"
+            assert cell.execution_count is None, f"{path.name}: a code cell has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_code_cell_installs_localbook_from_the_configured_repository(path):
+    nb = nbformat.read(path, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code").source
+    assert 'importlib.util.find_spec("localbook") is None' in first
+    assert f"git+{REPO_URL}" in first, "the install cell must use repository.url from _config.yml"
+    assert "LOCALBOOK_SOURCE" in first
+    # it installs localbook and nothing else
+    assert first.count("pip") == 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_structure(path):
+    nb = nbformat.read(path, as_version=4)
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    exercises = re.findall(r"```\{exercise\}", md)
+    solutions = re.findall(r"```\{solution\}", md)
+    assert len(exercises) >= 4, f"{path.name}: at least 4 exercises expected"
+    assert len(solutions) >= len(exercises), f"{path.name}: every exercise needs a solution"
+    assert re.search(r"\{prf:(theorem|lemma|proposition)\}", md), f"{path.name}: no theorem/lemma block"
+    assert "{prf:proof}" in md
+    assert "{cite}" in md or "{cite:" in md, f"{path.name}: cites nothing"
+    assert re.search(r"^\s*(assert |torch\.testing\.assert_close|np\.testing\.assert)", code, re.M), (
+        f"{path.name}: no assert cell checks a derivation"
+    )
+    assert "import localbook" in code
+
+
+def test_citation_keys_exist():
+    bib = (ROOT / "references.bib").read_text()
+    keys = set(re.findall(r"@\w+\{([^,]+),", bib))
+    for path in NOTEBOOKS:
+        text = path.read_text()
+        for group in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`", text):
+            for key in group.split(","):
+                assert key.strip() in keys, f"{path.name} cites unknown key {key!r}"
