@@ -1,0 +1,486 @@
+r"""Kernel density estimation and the mode seekers built on it: mean shift is score ascent.
+
+The kernel density estimate with profile :math:`k` and bandwidth :math:`h` (a float or one value
+per dimension) is
+
+.. math:: \hat p(x) = \frac{1}{n\, c_{k,d} \prod_j h_j} \sum_{i=1}^n k\big(|(x - x_i)/h|\big),
+   \qquad c_{k,d} = \int_{\mathbb R^d} k(|u|)\, du ,
+
+and its self-local mean :math:`m(x) = \sum_i K(x, x_i) x_i / \sum_i K(x, x_i)` moves a point
+uphill: for the Gaussian kernel :math:`m(x) - x = h^2 \nabla \log \hat p(x)` exactly, and for a
+general profile the shift follows the gradient of the KDE built with the *shadow* kernel
+(Cheng 1995; Comaniciu & Meer 2002). Everything here runs on the input's device and dtype and does
+its pairwise work in row chunks through :mod:`localbook.kernels`.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ._validate import (
+    check_bandwidth,
+    check_choice,
+    check_points,
+    check_positive_float,
+    check_positive_int,
+    check_query,
+)
+from .kernels import KERNELS, MEMORY_BUDGET, Kernel, chunk_rows, get_kernel, iter_chunks, local_average, scaled_sq_dist
+
+__all__ = [
+    "log_kernel_constant",
+    "kde",
+    "kde_score",
+    "kde_log_hessian",
+    "MeanShiftResult",
+    "mean_shift",
+    "blurring_mean_shift",
+    "medoid_shift",
+    "PCShiftResult",
+    "pc_shift",
+]
+
+
+def _log_linear(u2: torch.Tensor) -> torch.Tensor:
+    r = torch.sqrt(u2.clamp(min=0.0, max=1.0))
+    return torch.where(u2 <= 1, torch.log1p(-r), torch.full_like(u2, -math.inf))
+
+
+#: scikit-learn's ``linear`` (triangular) kernel ``(1 - u)_+``; used by :func:`kde` only.
+_LINEAR = Kernel("linear", _log_linear, compact=True)
+
+# Compact profiles of the form (1 - u^a)^p on u <= 1: (a, p).
+_POLY = {"uniform": (2.0, 0.0), "epanechnikov": (2.0, 1.0), "biweight": (2.0, 2.0), "tricube": (3.0, 3.0),
+         "linear": (1.0, 1.0)}
+_KDE_KERNELS = list(KERNELS) + ["linear"]
+
+
+def _kde_kernel(kernel) -> Kernel:
+    if isinstance(kernel, Kernel):
+        if kernel.name not in _KDE_KERNELS:
+            raise ValueError(f"kernel {kernel.name!r} has no known normalizing constant; expected one of {_KDE_KERNELS}")
+        return kernel
+    name = check_choice(kernel, "kernel", _KDE_KERNELS)
+    return _LINEAR if name == "linear" else KERNELS[name]
+
+
+def log_kernel_constant(kernel: str, d: int) -> float:
+    r"""``log c`` with :math:`c = \int_{\mathbb R^d} k(|u|)\, du` for the profile ``kernel`` in ``d`` dimensions.
+
+    In polar coordinates :math:`c = S_{d-1} \int_0^\infty k(r) r^{d-1} dr`, with the sphere's area
+    :math:`S_{d-1} = 2\pi^{d/2}/\Gamma(d/2)`. Then: gaussian :math:`(2\pi)^{d/2}`; laplacian
+    :math:`S_{d-1}\Gamma(d)`; a compact profile :math:`(1 - r^a)_+^p` gives
+    :math:`S_{d-1} B(d/a, p + 1)/a` (uniform: ``a=2, p=0``, the unit ball's volume; epanechnikov
+    ``2, 1``; biweight ``2, 2``; tricube ``3, 3``; linear ``1, 1``). Computed with ``lgamma``.
+    """
+    name = _kde_kernel(kernel).name
+    d = check_positive_int(d, "d")
+    log_sphere = math.log(2.0) + 0.5 * d * math.log(math.pi) - math.lgamma(0.5 * d)
+    if name == "gaussian":
+        return 0.5 * d * math.log(2.0 * math.pi)
+    if name == "laplacian":
+        return log_sphere + math.lgamma(d)
+    a, p = _POLY[name]
+    log_beta = math.lgamma(d / a) + math.lgamma(p + 1.0) - math.lgamma(d / a + p + 1.0)
+    return log_sphere + log_beta - math.log(a)
+
+
+def kde(x_query, x, bandwidth, kernel: str = "gaussian", log: bool = False) -> torch.Tensor:
+    r"""Normalized kernel density estimate :math:`\hat p(q) = \frac{1}{n c \prod_j h_j}\sum_i k(|(q - x_i)/h|)`.
+
+    Shapes: ``x_query (m, d)``, ``x (n, d)`` (1-D means ``d = 1``), ``bandwidth`` a float or
+    ``(d,)``. Returns ``(m,)``: the density, or its logarithm with ``log=True`` (computed with
+    ``logsumexp``, so it does not underflow far from the data; ``-inf`` where a compact kernel
+    covers no point). ``kernel``: any kernel of :mod:`localbook.kernels`, or ``"linear"``
+    (:math:`(1-u)_+`, scikit-learn's triangular kernel); see :func:`log_kernel_constant`.
+    Equal to scikit-learn's ``KernelDensity`` (``tophat`` = uniform, ``exponential`` = laplacian).
+    """
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    kern = _kde_kernel(kernel)
+    if not isinstance(log, bool):
+        raise TypeError(f"log must be a bool, got {type(log).__name__}")
+    n, d = x.shape
+    _, log_sum = local_average(xq, x, None, h, kern, warn_empty=False)
+    log_p = log_sum - (math.log(n) + float(torch.log(h).sum()) + log_kernel_constant(kern.name, d))
+    return log_p if log else torch.exp(log_p)
+
+
+def kde_score(x_query, x, bandwidth) -> torch.Tensor:
+    r"""Score :math:`\nabla \log \hat p(q)` of the Gaussian KDE, in closed form.
+
+    :math:`\nabla \log \hat p(q) = \sum_i w_i(q)\,(x_i - q)/h^2 = (m(q) - q)/h^2` with softmax weights
+    :math:`w_i \propto \exp(-|(q - x_i)/h|^2/2)` and the local mean :math:`m(q)` (division by
+    :math:`h^2` is per dimension for a vector bandwidth). Shapes: ``x_query (m, d)``, ``x (n, d)``;
+    returns ``(m, d)``.
+    """
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    mean, _ = local_average(xq, x, x, h, "gaussian")
+    return (mean - xq) / (h * h)
+
+
+def _gaussian_hessian(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor):
+    """Local mean ``(m, d)`` and Hessian of ``log p̂`` ``(m, d, d)`` for validated tensors."""
+    n, d = x.shape
+    center = x.mean(0)
+    xc = x - center
+    values = torch.cat([xc, (xc[:, :, None] * xc[:, None, :]).reshape(n, d * d)], dim=1)
+    moments, _ = local_average(xq, x, values, h, "gaussian")
+    m1 = moments[:, :d]
+    cov = moments[:, d:].reshape(-1, d, d) - m1[:, :, None] * m1[:, None, :]
+    inv = 1.0 / (h * h)
+    hess = inv[:, None] * cov * inv[None, :] - torch.diag(inv)
+    return m1 + center, 0.5 * (hess + hess.transpose(1, 2))
+
+
+def kde_log_hessian(x_query, x, bandwidth) -> torch.Tensor:
+    r"""Hessian :math:`\nabla^2 \log \hat p(q)` of the Gaussian KDE, in closed form.
+
+    With :math:`D = \mathrm{diag}(1/h^2)` and the local (softmax-weighted) covariance
+    :math:`C(q) = \sum_i w_i(q) (x_i - m)(x_i - m)^\top`:
+    :math:`\nabla^2 \log \hat p = D\, C(q)\, D - D`. Shapes: ``x_query (m, d)``, ``x (n, d)``;
+    returns ``(m, d, d)``.
+    """
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    return _gaussian_hessian(xq, x, h)[1]
+
+
+# --------------------------------------------------------------------------------------------
+# mean shift
+
+
+@dataclass
+class MeanShiftResult:
+    """Modes ``(c, d)`` (strongest first), ``labels (n,)`` in ``0..c-1``, the number of iterations
+    ``n_iter``, each mode's ``intensity (c,)`` (the kernel mass ``Σᵢ K(mode, xᵢ)`` where it was
+    last updated: a point count for the uniform kernel), and ``path`` — the seeds' positions after
+    every iteration ``(n_iter + 1, s, d)`` — when asked for, else ``None``."""
+
+    modes: torch.Tensor
+    labels: torch.Tensor
+    n_iter: int
+    intensity: torch.Tensor
+    path: Optional[torch.Tensor] = None
+
+
+def _check_bool(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _local_step(q: torch.Tensor, x: torch.Tensor, h: torch.Tensor, kern: Kernel):
+    """Self-local mean ``(s, d)`` and ``log Σ K`` ``(s,)`` at the points ``q``; empty → NaN, -inf."""
+    if kern.name == "uniform":
+        # flat kernel: a count and a sum over the ball, no exponentials
+        # |a - b|² ≤ 1  ⇔  2 a·b − |b|² ≥ |a|² − 1 (centred, scaled): one fused matrix product
+        center = x.mean(0)
+        b = (x - center) / h
+        b2 = (b * b).sum(1)
+        b_aug = torch.cat([2.0 * b, -b2[:, None]], dim=1)  # (n, d + 1)
+        x1 = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)  # sums and the count in one product
+        rows = chunk_rows(q.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+        sums = torch.empty(q.shape[0], x.shape[1] + 1, dtype=x.dtype, device=x.device)
+        for sl in iter_chunks(q.shape[0], rows):
+            a = (q[sl] - center) / h
+            a_aug = torch.cat([a, torch.ones_like(a[:, :1])], dim=1)
+            inside = (a_aug @ b_aug.T) >= ((a * a).sum(1) - 1.0)[:, None]
+            sums[sl] = inside.to(x.dtype) @ x1
+        count = sums[:, -1]
+        return sums[:, :-1] / count[:, None], torch.log(count)
+    return local_average(q, x, x, h, kern, warn_empty=False)
+
+
+def _bin_seeds(x: torch.Tensor, h: torch.Tensor, min_bin_freq: int) -> torch.Tensor:
+    """scikit-learn's ``get_bin_seeds``: grid cells of side ``h`` holding ≥ ``min_bin_freq`` points."""
+    bins = torch.round(x / h)
+    uniq, inverse, counts = torch.unique(bins, dim=0, return_inverse=True, return_counts=True)
+    order = torch.arange(x.shape[0], device=x.device)
+    first = torch.full((uniq.shape[0],), x.shape[0], dtype=order.dtype, device=x.device)
+    first = first.scatter_reduce(0, inverse, order, reduce="amin")
+    keep = counts >= min_bin_freq
+    uniq, first = uniq[keep], first[keep]
+    uniq = uniq[torch.argsort(first)]  # first-seen order, as a Python dict keeps it
+    if uniq.shape[0] == x.shape[0]:
+        warnings.warn(f"Binning data failed with bin size {h.tolist()}; using the data points as seeds", UserWarning,
+                      stacklevel=3)
+        return x
+    # scikit-learn stores the bin indices in float32 and scales them there
+    return (uniq.to(torch.float32) * h.to(torch.float32)).to(x.dtype)
+
+
+def _merge_modes(points: torch.Tensor, log_mass: torch.Tensor, h: torch.Tensor, radius: float):
+    """Greedy merge: strongest first (ties: larger coordinates first); drop points within ``radius``
+    bandwidths of a kept one. Returns the kept indices into ``points``, strongest first."""
+    k, d = points.shape
+    # exact duplicates count once, keeping the last one's mass (a dict keyed by the centre)
+    uniq, inverse = torch.unique(points, dim=0, return_inverse=True)
+    last = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=points.device)
+    last = last.scatter_reduce(0, inverse, torch.arange(k, device=points.device), reduce="amax")
+    order = last
+    for j in reversed(range(d)):
+        order = order[torch.argsort(points[order, j], descending=True, stable=True)]
+    order = order[torch.argsort(log_mass[order], descending=True, stable=True)]
+    cand = points[order]
+    undecided = torch.ones(cand.shape[0], dtype=torch.bool, device=points.device)
+    kept = []
+    r2 = radius * radius
+    while True:
+        rest = torch.nonzero(undecided)[:, 0]
+        if rest.numel() == 0:
+            break
+        i = int(rest[0])
+        kept.append(i)
+        near = (((cand[rest] - cand[i]) / h) ** 2).sum(1) <= r2
+        undecided[rest[near]] = False
+        undecided[i] = False
+    return order[torch.tensor(kept, dtype=torch.long, device=points.device)]
+
+
+def _nearest(q: torch.Tensor, centers: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Index of the nearest centre (scaled distance) for every row of ``q``, chunked."""
+    out = torch.empty(q.shape[0], dtype=torch.long, device=q.device)
+    rows = chunk_rows(q.shape[0], centers.shape[0], 1, q.element_size())
+    center = centers.mean(0)
+    for sl in iter_chunks(q.shape[0], rows):
+        out[sl] = scaled_sq_dist(q[sl], centers, h, center).argmin(1)
+    return out
+
+
+def mean_shift(
+    x,
+    bandwidth,
+    kernel: str = "gaussian",
+    seeds=None,
+    max_iter: int = 300,
+    tol: float = 1e-3,
+    return_path: bool = False,
+    *,
+    bin_seeding: bool = False,
+    min_bin_freq: int = 1,
+    merge_radius: float = 1.0,
+) -> MeanShiftResult:
+    r"""Mean shift clustering: move every seed to its self-local mean until it stops, merge, label.
+
+    Each seed iterates :math:`s \leftarrow m(s) = \sum_i K(s, x_i) x_i / \sum_i K(s, x_i)` — for the
+    Gaussian kernel a gradient step :math:`s + h^2 \nabla\log\hat p(s)`. All seeds move together;
+    a seed whose step is at most ``tol`` bandwidths is frozen (never recomputed), as is every seed
+    after ``max_iter + 1`` steps; a seed whose ball holds no point (compact kernel) is dropped.
+    Endpoints are merged greedily, strongest (largest kernel mass) first, dropping those within
+    ``merge_radius`` bandwidths of a kept one; every point is labelled by its nearest mode.
+
+    With ``kernel="uniform"`` this is scikit-learn's ``MeanShift`` (flat kernel of radius
+    ``bandwidth``, same seeding with ``bin_seeding``/``min_bin_freq``, same stopping rule, same
+    merge and labels). Shapes: ``x (n, d)``, ``seeds (s, d)`` (default: the data, or the grid bins
+    with ``bin_seeding``). Returns a :class:`MeanShiftResult`.
+    """
+    x = check_points(x, "x")
+    n, d = x.shape
+    h = check_bandwidth(bandwidth, d, like=x)
+    kern = get_kernel(kernel)
+    max_iter = check_positive_int(max_iter, "max_iter", minimum=0)
+    tol = check_positive_float(tol, "tol", allow_zero=True)
+    return_path = _check_bool(return_path, "return_path")
+    bin_seeding = _check_bool(bin_seeding, "bin_seeding")
+    min_bin_freq = check_positive_int(min_bin_freq, "min_bin_freq")
+    merge_radius = check_positive_float(merge_radius, "merge_radius")
+    if seeds is not None:
+        pos = check_query(seeds, x, "seeds").clone()
+    elif bin_seeding:
+        pos = _bin_seeds(x, h, min_bin_freq).clone()
+    else:
+        pos = x.clone()
+    s = pos.shape[0]
+    active = torch.ones(s, dtype=torch.bool, device=x.device)
+    alive = torch.ones(s, dtype=torch.bool, device=x.device)
+    log_mass = torch.full((s,), -math.inf, dtype=x.dtype, device=x.device)
+    n_iter = 0
+    path = [pos.clone()] if return_path else None
+    for t in range(max_iter + 1):
+        idx = torch.nonzero(active)[:, 0]
+        if idx.numel() == 0:
+            break
+        n_iter = t
+        # seeds at the same position share their whole future path: compute it once
+        uniq, inverse = torch.unique(pos[idx], dim=0, return_inverse=True)
+        mean, ls = _local_step(uniq, x, h, kern)
+        mean, ls = mean[inverse], ls[inverse]
+        empty = torch.isneginf(ls)
+        step = torch.linalg.vector_norm((mean - pos[idx]) / h, dim=1)
+        done = empty | (step <= tol) | (t == max_iter)
+        pos[idx] = torch.where(empty[:, None], pos[idx], mean)
+        log_mass[idx] = ls
+        alive[idx[empty]] = False
+        active[idx[done]] = False
+        if path is not None:
+            path.append(pos.clone())
+    if not bool(alive.any()):
+        raise ValueError(f"no data point lies within bandwidth={h.tolist()} of any seed; use other seeds or a "
+                         "larger bandwidth")
+    ends, mass = pos[alive], log_mass[alive]
+    kept = _merge_modes(ends, mass, h, merge_radius)
+    modes = ends[kept]
+    labels = _nearest(x, modes, h)
+    return MeanShiftResult(modes=modes, labels=labels, n_iter=n_iter, intensity=torch.exp(mass[kept]),
+                           path=torch.stack(path) if path is not None else None)
+
+
+def blurring_mean_shift(
+    x,
+    bandwidth,
+    kernel: str = "gaussian",
+    max_iter: int = 100,
+    tol: float = 1e-3,
+    return_path: bool = False,
+    *,
+    merge_radius: float = 1.0,
+) -> MeanShiftResult:
+    r"""Blurring mean shift (Cheng 1995): the data themselves move, :math:`X \leftarrow m_X(X)`.
+
+    Every iteration replaces all points by their self-local means over the *current* points, so the
+    density being climbed changes as it is climbed: clusters contract to points (fast), and with
+    enough iterations everything collapses to one point. Stops when no point moves more than
+    ``tol`` bandwidths (or after ``max_iter`` iterations); the final points are merged as in
+    :func:`mean_shift` and each point is labelled by the mode nearest to where it ended.
+    Shapes: ``x (n, d)``; ``path`` is ``(n_iter + 1, n, d)``.
+    """
+    x = check_points(x, "x")
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    kern = get_kernel(kernel)
+    max_iter = check_positive_int(max_iter, "max_iter", minimum=0)
+    tol = check_positive_float(tol, "tol", allow_zero=True)
+    return_path = _check_bool(return_path, "return_path")
+    merge_radius = check_positive_float(merge_radius, "merge_radius")
+    y = x.clone()
+    path = [y.clone()] if return_path else None
+    n_iter = 0
+    for t in range(max_iter):
+        mean, _ = _local_step(y, y, h, kern)  # every point is in its own ball: no empties
+        step = float(torch.linalg.vector_norm((mean - y) / h, dim=1).max())
+        y = mean
+        n_iter = t + 1
+        if path is not None:
+            path.append(y.clone())
+        if step <= tol:
+            break
+    _, log_mass = local_average(y, y, None, h, kern, warn_empty=False)
+    kept = _merge_modes(y, log_mass, h, merge_radius)
+    modes = y[kept]
+    return MeanShiftResult(modes=modes, labels=_nearest(y, modes, h), n_iter=n_iter,
+                           intensity=torch.exp(log_mass[kept]),
+                           path=torch.stack(path) if path is not None else None)
+
+
+def medoid_shift(x, bandwidth, kernel: str = "gaussian") -> MeanShiftResult:
+    r"""Medoid shift (Sheikh, Khan & Kanade 2007): shifts restricted to the data points.
+
+    Point :math:`i` moves to the data point minimizing the local weighted spread
+    :math:`\sum_k w_{ik} |x_k - x_j|^2` (weights :math:`w_{ik} \propto K(x_i, x_k)`). Since
+    :math:`\sum_k w_{ik}|x_k - x_j|^2 = \sum_k w_{ik}|x_k - m_i|^2 + |m_i - x_j|^2` for the local
+    mean :math:`m_i`, that is the data point nearest to :math:`m_i` (a point stays put when it is
+    one of the nearest). The successor map is computed once; following it (pointer jumping, on the
+    device) leads every point to a root, which is its mode. Distances are in bandwidth units.
+    Returns a :class:`MeanShiftResult` whose ``modes`` are data points and ``n_iter`` the number of
+    pointer-jumping rounds.
+    """
+    x = check_points(x, "x")
+    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    kern = get_kernel(kernel)
+    n = x.shape[0]
+    mean, log_mass = _local_step(x, x, h, kern)
+    nxt = torch.empty(n, dtype=torch.long, device=x.device)
+    rows = chunk_rows(n, n, 1, x.element_size())
+    center = x.mean(0)
+    for sl in iter_chunks(n, rows):
+        d2 = scaled_sq_dist(mean[sl], x, h, center)
+        best = d2.argmin(1)
+        own = torch.arange(sl.start, sl.stop, device=x.device)
+        stay = d2[torch.arange(own.numel(), device=x.device), own] <= d2.gather(1, best[:, None])[:, 0]
+        nxt[sl] = torch.where(stay, own, best)
+    root = nxt
+    rounds = 0
+    for rounds in range(1, 2 * max(1, n).bit_length() + 2):
+        jumped = root[root]
+        if bool((jumped == root).all()):
+            break
+        root = jumped
+    else:
+        raise RuntimeError("medoid shift's successor map has a cycle (ties between distinct points)")
+    roots, labels = torch.unique(root, return_inverse=True)
+    order = torch.argsort(log_mass[roots], descending=True, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=x.device)
+    return MeanShiftResult(modes=x[roots[order]], labels=rank[labels], n_iter=rounds,
+                           intensity=torch.exp(log_mass[roots[order]]), path=None)
+
+
+# --------------------------------------------------------------------------------------------
+# principal-component (subspace-constrained) shift
+
+
+@dataclass
+class PCShiftResult:
+    """Points moved onto the density ridge ``(s, d)``, the iterations used ``n_iter``, which seeds
+    converged ``(s,)``, and the seeds' ``path (n_iter + 1, s, d)`` when asked for."""
+
+    points: torch.Tensor
+    n_iter: int
+    converged: torch.Tensor
+    path: Optional[torch.Tensor] = None
+
+
+def pc_shift(
+    x,
+    bandwidth,
+    ridge_dim: int = 1,
+    seeds=None,
+    max_iter: int = 300,
+    tol: float = 1e-3,
+    return_path: bool = False,
+) -> PCShiftResult:
+    r"""Principal-component (subspace-constrained) mean shift onto ``ridge_dim``-dimensional ridges.
+
+    At each point the Gaussian KDE's log-Hessian :math:`\nabla^2\log\hat p` (see
+    :func:`kde_log_hessian`) is diagonalized; its ``d - ridge_dim`` most negative eigenvectors
+    :math:`V` span the directions *across* the ridge, and the point takes the mean-shift step
+    projected onto them, :math:`s \leftarrow s + V V^\top (m(s) - s)` (Ozertem & Erdogmus 2011).
+    Fixed points satisfy :math:`V^\top \nabla \log \hat p = 0`: the density is maximal across the
+    ridge. A seed stops (frozen) when its projected step is at most ``tol`` bandwidths.
+    Shapes: ``x (n, d)``, ``seeds (s, d)`` (default: the data). Returns a :class:`PCShiftResult`.
+    """
+    x = check_points(x, "x")
+    n, d = x.shape
+    h = check_bandwidth(bandwidth, d, like=x)
+    ridge_dim = check_positive_int(ridge_dim, "ridge_dim", minimum=0, maximum=d - 1)
+    max_iter = check_positive_int(max_iter, "max_iter", minimum=0)
+    tol = check_positive_float(tol, "tol", allow_zero=True)
+    return_path = _check_bool(return_path, "return_path")
+    pos = (check_query(seeds, x, "seeds") if seeds is not None else x).clone()
+    active = torch.ones(pos.shape[0], dtype=torch.bool, device=x.device)
+    path = [pos.clone()] if return_path else None
+    n_iter = 0
+    for t in range(max_iter):
+        idx = torch.nonzero(active)[:, 0]
+        if idx.numel() == 0:
+            break
+        n_iter = t + 1
+        q = pos[idx]
+        mean, hess = _gaussian_hessian(q, x, h)
+        _, vecs = torch.linalg.eigh(hess)
+        v = vecs[:, :, : d - ridge_dim]
+        step = (v @ (v.transpose(1, 2) @ (mean - q)[:, :, None]))[:, :, 0]
+        pos[idx] = q + step
+        active[idx[torch.linalg.vector_norm(step / h, dim=1) <= tol]] = False
+        if path is not None:
+            path.append(pos.clone())
+    return PCShiftResult(points=pos, n_iter=n_iter, converged=~active,
+                         path=torch.stack(path) if path is not None else None)

@@ -1,0 +1,261 @@
+"""Tests for localbook.density: KDE vs scikit-learn, the closed-form score and Hessian vs autograd,
+mean shift vs scikit-learn's MeanShift, properties of the mode seekers, and bad inputs."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.integrate import quad
+from sklearn.cluster import MeanShift
+from sklearn.metrics import adjusted_rand_score
+from sklearn.neighbors import KernelDensity
+
+import localbook as lb
+from localbook.density import _kde_kernel
+
+SK_NAMES = {"gaussian": "gaussian", "epanechnikov": "epanechnikov", "uniform": "tophat", "linear": "linear",
+            "laplacian": "exponential"}
+
+
+def _cdist(a, b):
+    return torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+
+
+def _blobs(n=300, seed=0, std=0.5):
+    x, y, _ = lb.datasets.make_blobs(n, centers=torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]]), std=std,
+                                     seed=seed, dtype=torch.float64)
+    return x, y
+
+
+@pytest.mark.parametrize("kernel", list(SK_NAMES))
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_kde_matches_sklearn(kernel, d):
+    g = torch.Generator().manual_seed(d)
+    x = torch.randn(150, d, generator=g, dtype=torch.float64)
+    q = 1.3 * torch.randn(40, d, generator=g, dtype=torch.float64)
+    ref = KernelDensity(bandwidth=0.8, kernel=SK_NAMES[kernel], rtol=0, atol=0).fit(x.numpy()).score_samples(q.numpy())
+    ours = lb.kde(q, x, 0.8, kernel=kernel, log=True).numpy()
+    # scikit-learn reports an empty compact neighbourhood as a tiny positive density (log ≈ -36), we give -inf
+    empty = np.isneginf(ours)
+    assert np.all(ref[empty] < -30)
+    np.testing.assert_allclose(ours[~empty], ref[~empty], rtol=1e-8, atol=0)
+    np.testing.assert_allclose(lb.kde(q, x, 0.8, kernel=kernel).numpy(), np.exp(ours), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "epanechnikov", "biweight", "tricube", "uniform", "linear"])
+@pytest.mark.parametrize("d", [1, 2, 4])
+def test_normalizing_constant_by_quadrature(kernel, d):
+    kern = _kde_kernel(kernel)
+    sphere = 2 * math.pi ** (d / 2) / math.gamma(d / 2)
+    radial = quad(lambda r: float(kern(torch.tensor(r * r, dtype=torch.float64))) * r ** (d - 1), 0,
+                  1.0 if kern.compact else 80.0, limit=200, epsabs=0, epsrel=1e-12)[0]
+    assert math.log(sphere * radial) == pytest.approx(lb.log_kernel_constant(kernel, d), abs=1e-9)
+
+
+def test_kde_integrates_to_one_2d_vector_bandwidth():
+    x = torch.tensor([[0.0, 0.0], [0.5, -0.3], [1.0, 0.2]], dtype=torch.float64)
+    h = torch.tensor([0.4, 0.7], dtype=torch.float64)
+    g = torch.linspace(-5, 6, 401, dtype=torch.float64)
+    grid = torch.cartesian_prod(g, g)
+    for kernel in ["gaussian", "biweight", "tricube", "laplacian"]:
+        total = lb.kde(grid, x, h, kernel=kernel).sum() * (g[1] - g[0]) ** 2
+        assert float(total) == pytest.approx(1.0, abs=2e-3), kernel
+
+
+def test_kde_far_query_does_not_underflow():
+    x = torch.zeros(5, 1, dtype=torch.float64)
+    lp = lb.kde(torch.tensor([[100.0]], dtype=torch.float64), x, 1.0, log=True)
+    assert float(lp) == pytest.approx(-0.5 * 100.0**2 - 0.5 * math.log(2 * math.pi))
+
+
+def test_kde_score_and_hessian_vs_autograd(device):
+    x, _ = _blobs(120)
+    x = x.to(device)
+    h = torch.tensor([0.7, 1.1], dtype=torch.float64, device=device)
+    q = torch.randn(6, 2, dtype=torch.float64, device=device) * 2
+    qq = q.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(lb.kde(qq, x, h, log=True).sum(), qq)
+    score = lb.kde_score(q, x, h)
+    assert score.device.type == device.type and score.shape == (6, 2)
+    torch.testing.assert_close(score, grad, rtol=1e-9, atol=1e-11)
+    hess = torch.stack([torch.autograd.functional.hessian(lambda z: lb.kde(z[None], x, h, log=True)[0], q[i])
+                        for i in range(q.shape[0])])
+    torch.testing.assert_close(lb.kde_log_hessian(q, x, h), hess, rtol=1e-8, atol=1e-10)
+
+
+def test_kde_score_is_the_mean_shift_over_h2():
+    x, _ = _blobs(100)
+    q = torch.randn(10, 2, dtype=torch.float64)
+    m = lb.nadaraya_watson(q, x, x, 0.9)
+    torch.testing.assert_close(lb.kde_score(q, x, 0.9), (m - q) / 0.81)
+
+
+@pytest.mark.parametrize("bin_seeding", [False, True])
+@pytest.mark.parametrize("bandwidth", [0.9, 1.6])
+def test_mean_shift_uniform_reproduces_sklearn(bin_seeding, bandwidth):
+    x, _ = _blobs(240, seed=3, std=0.6)
+    sk = MeanShift(bandwidth=bandwidth, bin_seeding=bin_seeding).fit(x.numpy())
+    res = lb.mean_shift(x, bandwidth, kernel="uniform", bin_seeding=bin_seeding)
+    assert res.modes.shape == sk.cluster_centers_.shape
+    np.testing.assert_allclose(res.modes.numpy(), sk.cluster_centers_, atol=1e-3 * bandwidth, rtol=0)
+    assert adjusted_rand_score(sk.labels_, res.labels.numpy()) == 1.0
+    assert np.array_equal(res.labels.numpy(), sk.labels_)
+    assert res.n_iter == sk.n_iter_
+    assert res.path is None
+
+
+def test_mean_shift_uniform_with_given_seeds_and_max_iter():
+    x, _ = _blobs(150, seed=5)
+    seeds = x[::10] + 0.3
+    sk = MeanShift(bandwidth=1.2, seeds=seeds.numpy(), max_iter=3).fit(x.numpy())
+    res = lb.mean_shift(x, 1.2, kernel="uniform", seeds=seeds, max_iter=3)
+    np.testing.assert_allclose(res.modes.numpy(), sk.cluster_centers_, atol=1e-9)
+    assert np.array_equal(res.labels.numpy(), sk.labels_)
+
+
+def test_mean_shift_path_and_frozen_seeds(device):
+    x, y = _blobs(150)
+    x = x.to(device)
+    res = lb.mean_shift(x, 1.0, return_path=True)
+    assert res.modes.shape == (3, 2) and res.labels.device.type == device.type
+    assert res.path.shape == (res.n_iter + 2, 150, 2)
+    torch.testing.assert_close(res.path[0], x)
+    steps = torch.linalg.vector_norm(res.path[1:] - res.path[:-1], dim=2)  # (T, s)
+    # once a seed's step is ≤ tol·h it never moves again
+    stopped = torch.cumsum((steps <= 1e-3).int(), 0) > 0
+    assert bool((steps[1:][stopped[:-1]] == 0).all())
+    assert adjusted_rand_score(y.numpy(), res.labels.cpu().numpy()) == 1.0
+
+
+def test_mean_shift_density_never_decreases():
+    """Gaussian mean shift ascends the Gaussian KDE; flat-kernel mean shift ascends the Epanechnikov KDE."""
+    x, _ = _blobs(200, std=0.8)
+    for kernel, shadow in [("gaussian", "gaussian"), ("uniform", "epanechnikov"), ("epanechnikov", "biweight")]:
+        path = lb.mean_shift(x, 1.3, kernel=kernel, seeds=x[::7], return_path=True).path
+        dens = lb.kde(path.reshape(-1, 2), x, 1.3, kernel=shadow).reshape(path.shape[:2])
+        assert bool((dens[1:] >= dens[:-1] * (1 - 1e-12)).all()), kernel
+
+
+def test_mean_shift_empty_seed_dropped_and_all_empty_raises():
+    x, _ = _blobs(90)
+    res = lb.mean_shift(x, 1.0, kernel="uniform", seeds=torch.cat([x[:3], torch.tensor([[50.0, 50.0]])]))
+    assert bool((res.modes.abs() < 20).all())
+    with pytest.raises(ValueError, match="bandwidth"):
+        lb.mean_shift(x, 1.0, kernel="uniform", seeds=[[50.0, 50.0]])
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(5, 60), h=st.floats(0.3, 3.0))
+def test_mean_shift_properties(seed, n, h):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=g, dtype=torch.float64) * 2
+    res = lb.mean_shift(x, h, tol=1e-7, max_iter=2000)
+    c = res.modes.shape[0]
+    # modes are fixed points of the self-local mean
+    m = lb.nadaraya_watson(res.modes, x, x, h)
+    assert float(torch.linalg.vector_norm(m - res.modes, dim=1).max()) <= 1e-5 * h
+    # labels cover every point, each label is used, and each point goes to its nearest mode
+    assert res.labels.shape == (n,) and set(res.labels.tolist()) <= set(range(c))
+    assert torch.equal(res.labels, _cdist(x, res.modes).argmin(1))
+    # permutation invariance (same modes, same partition)
+    perm = torch.randperm(n, generator=g)
+    res_p = lb.mean_shift(x[perm], h, tol=1e-7, max_iter=2000)
+    assert res_p.modes.shape == res.modes.shape
+    assert float(_cdist(res_p.modes, res.modes).min(1).values.max()) <= 1e-4 * h
+    assert adjusted_rand_score(res.labels[perm].numpy(), res_p.labels.numpy()) == pytest.approx(1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(3, 50), h=st.floats(0.3, 3.0))
+def test_medoid_shift_properties(seed, n, h):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=g, dtype=torch.float64)
+    res = lb.medoid_shift(x, h)
+    # modes are data points, labels cover all points, roots are their own label
+    d = _cdist(res.modes, x)
+    roots = d.argmin(1)
+    assert float(d.min(1).values.max()) == 0.0
+    assert torch.equal(res.labels[roots], torch.arange(res.modes.shape[0]))
+    # the successor of each point minimizes the weighted spread Σ_k w_ik |x_k - x_j|² (brute force)
+    w = torch.softmax(-0.5 * _cdist(x, x) ** 2 / h**2, dim=1)
+    spread = w @ (_cdist(x, x) ** 2)  # (i, j)
+    best = spread.min(1).values
+    assert bool((spread[roots, roots] <= best[roots] + 1e-12).all())
+
+
+def test_blurring_mean_shift_collapses():
+    x, y = _blobs(150, std=0.4)
+    res = lb.blurring_mean_shift(x, 0.8, return_path=True, max_iter=30)
+    assert res.path.shape == (res.n_iter + 1, 150, 2)
+    spread0 = torch.stack([x[y == k].std(0).sum() for k in range(3)]).max()
+    final = res.path[-1]
+    spread = torch.stack([final[y == k].std(0).sum() for k in range(3)]).max()
+    assert float(spread) < 1e-3 * float(spread0)
+    assert res.modes.shape == (3, 2) and adjusted_rand_score(y.numpy(), res.labels.numpy()) == 1.0
+
+
+def test_pc_shift_finds_circle_ridge(device):
+    g = torch.Generator().manual_seed(0)
+    t = torch.rand(300, generator=g, dtype=torch.float64) * 2 * math.pi
+    x = torch.stack([t.cos(), t.sin()], 1) + 0.1 * torch.randn(300, 2, generator=g, dtype=torch.float64)
+    x = x.to(device)
+    res = lb.pc_shift(x, 0.25, max_iter=200, tol=1e-6)
+    assert bool(res.converged.all()) and res.points.device.type == device.type
+    # the ridge is one curve: the radii of the moved points spread far less than the data's
+    r0 = torch.linalg.vector_norm(x, dim=1)
+    r1 = torch.linalg.vector_norm(res.points, dim=1)
+    assert float(r1.std()) < 0.25 * float(r0.std())
+    assert abs(float(r1.mean()) - 1.0) < 0.05
+    # fixed points: the score has no component across the ridge
+    hess = lb.kde_log_hessian(res.points, x, 0.25)
+    v = torch.linalg.eigh(hess)[1][:, :, :1]
+    across = (v.transpose(1, 2) @ lb.kde_score(res.points, x, 0.25)[:, :, None]).abs().max()
+    assert float(across) < 1e-4 / 0.25
+
+
+def test_pc_shift_ridge_dim_zero_is_mean_shift():
+    x, _ = _blobs(90)
+    a = lb.pc_shift(x, 1.0, ridge_dim=0, seeds=x[:5], max_iter=5, tol=0.0).points
+    b = lb.mean_shift(x, 1.0, seeds=x[:5], max_iter=4, tol=0.0, merge_radius=1e-9, return_path=True).path[-1]
+    torch.testing.assert_close(a, b)
+
+
+def test_dtype_and_integer_inputs():
+    x = torch.tensor([[0, 0], [1, 0], [5, 5], [6, 5]])
+    assert lb.kde([[0, 0]], x, 1.0).dtype == torch.get_default_dtype()
+    x32 = x.float()
+    assert lb.kde_score(x32, x32, 1.0).dtype == torch.float32
+    assert lb.mean_shift(x32, 2.0).modes.dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "call, exc, name",
+    [
+        (lambda x: lb.kde(x, x, 0.0), ValueError, "bandwidth"),
+        (lambda x: lb.kde(x, x, 1.0, kernel="cosine"), ValueError, "kernel"),
+        (lambda x: lb.kde(x[:, :1], x, 1.0), ValueError, "x_query"),
+        (lambda x: lb.kde(x, x, 1.0, log="yes"), TypeError, "log"),
+        (lambda x: lb.kde_score(x, torch.empty(0, 2), 1.0), ValueError, "x"),
+        (lambda x: lb.kde_score(x, x, float("nan")), ValueError, "bandwidth"),
+        (lambda x: lb.kde_score(x, x, [1.0, 2.0, 3.0]), ValueError, "bandwidth"),
+        (lambda x: lb.mean_shift(torch.full((3, 2), float("nan")), 1.0), ValueError, "x"),
+        (lambda x: lb.mean_shift(x, 1.0, kernel="box"), ValueError, "kernel"),
+        (lambda x: lb.mean_shift(x, 1.0, seeds=[[1.0, 2.0, 3.0]]), ValueError, "seeds"),
+        (lambda x: lb.mean_shift(x, 1.0, max_iter=-1), ValueError, "max_iter"),
+        (lambda x: lb.mean_shift(x, 1.0, max_iter=2.5), TypeError, "max_iter"),
+        (lambda x: lb.mean_shift(x, 1.0, tol=-1.0), ValueError, "tol"),
+        (lambda x: lb.mean_shift(x, 1.0, return_path=1), TypeError, "return_path"),
+        (lambda x: lb.mean_shift(x, 1.0, min_bin_freq=0), ValueError, "min_bin_freq"),
+        (lambda x: lb.mean_shift(x, 1.0, merge_radius=0.0), ValueError, "merge_radius"),
+        (lambda x: lb.blurring_mean_shift(x, -1.0), ValueError, "bandwidth"),
+        (lambda x: lb.medoid_shift("abc", 1.0), TypeError, "x"),
+        (lambda x: lb.pc_shift(x, 1.0, ridge_dim=2), ValueError, "ridge_dim"),
+        (lambda x: lb.log_kernel_constant("gaussian", 0), ValueError, "d"),
+    ],
+)
+def test_bad_inputs(call, exc, name):
+    x = torch.randn(10, 2, dtype=torch.float64)
+    with pytest.raises(exc, match=name):
+        call(x)
