@@ -10,10 +10,9 @@ JOBS   ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Widgets draw static small multiples in the build and in tests (see localbook/widgets.py).
 export LOCALBOOK_STATIC := 1
-export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: book test unit nbval build-strict assignments bench clean install
+.PHONY: book test unit nbval build-strict assignments bench clean install web-assets browser slow
 
 install: $(STAMP)
 
@@ -33,18 +32,41 @@ define check_cache
 	fi; mkdir -p _build; echo $$h > _build/.localbook-hash
 endef
 
-book: $(STAMP)
+# MathJax 3 and the ipywidgets renderer, served by the site itself (pinned in package.json and
+# package-lock.json; node_modules/ and web_assets/ are git-ignored). See _config.yml.
+WEB_ASSETS := web_assets/embed-amd.js
+web-assets: $(WEB_ASSETS)
+
+$(WEB_ASSETS): package.json package-lock.json
+	@command -v npm >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	rm -rf web_assets && mkdir -p web_assets/mathjax/output/chtml/fonts web_assets/mathjax/input/tex
+	cp node_modules/mathjax/es5/tex-chtml.js web_assets/mathjax/
+	cp -r node_modules/mathjax/es5/output/chtml/fonts/woff-v2 web_assets/mathjax/output/chtml/fonts/
+	cp -r node_modules/mathjax/es5/input/tex/extensions web_assets/mathjax/input/tex/
+	cp node_modules/requirejs/require.js web_assets/
+	cp node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js $@
+
+# Headless Chromium from Debian's packages for the browser test (root, as in CI; idempotent).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+book: $(STAMP) $(WEB_ASSETS)
 	$(check_cache)
 	$(VENV)/bin/jupyter-book build --all . -W -n --keep-going
 	@echo "Website built: open _build/html/index.html"
 
 unit: $(STAMP)
-	$(PY) -m pytest tests -n $(JOBS) -q
+	$(PY) -m pytest tests -m "not slow" -n $(JOBS) -q
 
 nbval: $(STAMP)
 	$(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
 
-test: unit nbval book
+# End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
+slow: $(STAMP) browser
+	$(PY) -m pytest tests -m slow -q
+
+test: unit nbval book slow
 
 assignments: $(STAMP)
 	$(PY) -m localbook.assignments book _build/assignments
