@@ -1,0 +1,2 @@
+"""Embeddings as local means (LLE, asymmetric MDS, triplet/ordinal embeddings)."""
+__all__ = []
