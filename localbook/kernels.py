@@ -94,8 +94,10 @@ def scaled_sq_dist(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, center: O
         center = x.mean(0)
     a = (xq - center) / h
     b = (x - center) / h
-    u2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
-    return u2.clamp_(min=0.0)
+    # |a|² + |b|² − 2a·b as one fused matrix product: [a, |a|², 1] · [−2b, 1, |b|²]ᵀ
+    aa = torch.cat([a, (a * a).sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1)
+    bb = torch.cat([-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1)
+    return (aa @ bb.T).clamp_(min=0.0)
 
 
 def kernel_matrix(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
@@ -144,16 +146,24 @@ def local_average(
     k = 0 if values is None else values.shape[1]
     center = x.mean(0)
     rows = chunk_rows(m, n, 1, x.element_size(), budget)
+    floor = math.log(torch.finfo(x.dtype).tiny) + 1.0
     log_sum = torch.empty(m, dtype=x.dtype, device=x.device)
     mean = None if values is None else torch.empty(m, k, dtype=x.dtype, device=x.device)
     for sl in iter_chunks(m, rows):
         lw = log_weights(xq[sl], x, h, kern, center)
-        lse = torch.logsumexp(lw, dim=1)
-        log_sum[sl] = lse
+        top = lw.amax(dim=1, keepdim=True)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        lw.sub_(top)
+        if not kern.compact:
+            # relative weights below the smallest normal float are < 1e-37 of the largest and do
+            # not change any sum; flooring them avoids exp's slow underflow/denormal path (10×)
+            lw.clamp_(min=floor)
+        # weights relative to the row's largest: exp in place, one pass (no separate logsumexp)
+        e = lw.exp_()
+        s = e.sum(dim=1)
+        log_sum[sl] = top[:, 0] + torch.log(s)  # an empty row has s = 0, log_sum = -inf
         if values is not None:
-            # exp(lw - lse) are the normalized weights; an empty row gives nan (−inf − −inf)
-            w = torch.exp(lw - lse[:, None])
-            mean[sl] = w @ values
+            mean[sl] = (e @ values) / s[:, None]
     empty = torch.isneginf(log_sum)
     n_empty = int(empty.sum())
     if n_empty:

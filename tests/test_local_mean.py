@@ -251,3 +251,22 @@ def test_equivalent_kernel_rows_sum_to_one(x, h):
 def test_bad_input_is_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_knn_bandwidth_and_adaptive_nw_against_brute_force(device):
+    x, y, q = _data(120, 2, seed=9)
+    xt, yt, qt = (torch.tensor(a, device=device) for a in (x, y, q))
+    d = torch.cdist(qt, xt)
+    hk = lb.knn_bandwidth(qt, xt, 6)
+    torch.testing.assert_close(hk, torch.sort(d, 1).values[:, 5])
+    for kernel, scale in [("gaussian", 0.7), ("epanechnikov", 1.5)]:
+        h = scale * hk
+        K = lb.kernel_profile((d / h[:, None]).cpu(), kernel).to(device)
+        ref = (K @ yt) / K.sum(1)
+        torch.testing.assert_close(lb.adaptive_nadaraya_watson(qt, xt, yt, 6, kernel, scale), ref)
+    # with the uniform kernel and a radius just past the k-th point it is exactly k-NN regression
+    torch.testing.assert_close(lb.adaptive_nadaraya_watson(qt, xt, yt, 6, "uniform", 1 + 1e-9), lb.knn_regress(qt, xt, yt, 6))
+    with pytest.raises(ValueError, match="scale must be positive"):
+        lb.adaptive_nadaraya_watson(q, x, y, 6, scale=0)
+    with pytest.raises(ValueError, match="n_neighbors must be between 1 and 120"):
+        lb.knn_bandwidth(q, x, 0)

@@ -1,0 +1,90 @@
+"""Shared helpers for the benchmarks: timing, peak memory, machine description, result files."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    return p
+
+
+def machine(device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    desc = f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__}, Python {platform.python_version()}"
+    if device == "cuda":
+        desc += f", GPU {torch.cuda.get_device_name(0)}"
+    return desc
+
+
+def sync(device: str):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def best_time(fn, device: str = "cpu", repeat: int = 3, warmup: int = 1) -> float:
+    """Best wall-clock time of ``repeat`` calls (after ``warmup`` calls), in seconds."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def peak_rss_delta(code: str) -> float:
+    """Run ``code`` in a fresh Python process; return the growth of its peak RSS in MiB.
+
+    The snippet must define ``setup()`` (imports, data) and ``run()``; the peak resident set size is
+    read after ``setup`` and after ``run``, so the number is the extra memory ``run`` needed.
+    """
+    prog = (
+        "import resource, json\n" + code + "\n"
+        "setup_out = setup()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "run(setup_out)\n"
+        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(json.dumps((after - before) / 1024))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def write_section(name: str, device: str, title: str, header: list[str], rows: list[list], notes: str = ""):
+    RESULTS.mkdir(exist_ok=True)
+    suffix = "-cuda" if device == "cuda" else ""
+    lines = [f"## {title} ({device})", "", f"Machine: {machine(device)}. Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for r in rows:
+        lines.append("| " + " | ".join(str(c) for c in r) + " |")
+    if notes:
+        lines += ["", notes]
+    path = RESULTS / f"{name}{suffix}.md"
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return path

@@ -1,0 +1,56 @@
+"""Run every benchmark (``bench_*.py``) in one go and assemble ``benchmarks/RESULTS.md``.
+
+usage: python benchmarks/run_all.py [--device cpu|cuda] [--quick] [--only NAME ...]
+       python benchmarks/run_all.py --assemble      (only rebuild RESULTS.md from results/*.md)
+"""
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def assemble():
+    parts = sorted((HERE / "results").glob("*.md"))
+    head = [
+        "# Benchmark results",
+        "",
+        "Each section below was written by one run of the named script (`python benchmarks/bench_<name>.py`,",
+        "or all of them with `make bench`), timing localbook against the reference library on the same",
+        "machine in the same run; speed-ups are ratios of the best of several timings. Sections marked",
+        "`(cuda)` come from a run on a GPU machine and compare with the CPU reference where one exists.",
+        "",
+    ]
+    body = [p.read_text().strip() + "\n" for p in parts]
+    (HERE / "RESULTS.md").write_text("\n".join(head) + "\n" + "\n".join(body))
+    print(f"wrote {HERE / 'RESULTS.md'} from {len(parts)} section(s)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--assemble", action="store_true")
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    if not a.assemble:
+        failed = []
+        for script in sorted(HERE.glob("bench_*.py")):
+            name = script.stem.removeprefix("bench_")
+            if a.only and name not in a.only:
+                continue
+            cmd = [sys.executable, str(script), "--device", a.device] + (["--quick"] if a.quick else [])
+            print(f"=== {script.name} ({a.device})", flush=True)
+            t = time.time()
+            if subprocess.run(cmd).returncode != 0:
+                failed.append(script.name)
+            print(f"=== {script.name}: {time.time() - t:.0f} s", flush=True)
+        if failed:
+            print("FAILED:", ", ".join(failed))
+    assemble()
+
+
+if __name__ == "__main__":
+    main()
