@@ -375,7 +375,7 @@ def _train_loop(model, x, levels, n_steps, batch_size, lr, seed, progress):
     g = torch.Generator(device=p.device).manual_seed(int(seed))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_steps)
-    losses = torch.empty(n_steps)
+    losses = torch.empty(n_steps, dtype=p.dtype, device=p.device)
     sd = model.data_std
     model.train()
     bar = tqdm(range(n_steps), desc="training DAE", disable=not _progress_enabled(progress), leave=False)
@@ -395,7 +395,7 @@ def _train_loop(model, x, levels, n_steps, batch_size, lr, seed, progress):
         if step % 100 == 0:
             bar.set_postfix(loss=f"{losses[step].item():.4f}")
     model.eval()
-    return losses
+    return losses.cpu()
 
 
 # --- modern Hopfield networks ----------------------------------------------------------------

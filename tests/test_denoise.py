@@ -218,6 +218,20 @@ def test_dae_training_is_seeded_and_learns():
     assert samples.shape == (8, 2) and torch.isfinite(samples).all()
 
 
+def test_dae_and_samplers_on_device(device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 3, generator=g, dtype=torch.float32).to(device)
+    model = lb.DenoisingAutoencoder(3, hidden=16, depth=1, seed=0).to(device)
+    losses = lb.train_dae(model, x, [0.2, 1.0], n_steps=20, batch_size=16, seed=0, progress=False)
+    assert losses.shape == (20,) and torch.isfinite(losses).all()
+    x0 = torch.randn(5, 3, generator=g, dtype=torch.float32).to(device)
+    sig = lb.sigma_schedule(1.0, 0.1, 4)
+    for den in (model, lb.empirical_denoiser(x)):
+        for out in (lb.probability_flow_sample(den, x0, sig),
+                    lb.annealed_langevin(den, x0, sig, n_steps=2, generator=torch.Generator().manual_seed(1))):
+            assert out.device.type == device.type and out.shape == (5, 3) and torch.isfinite(out).all()
+
+
 def test_dae_restores_thread_count():
     before = torch.get_num_threads()
     model = lb.DenoisingAutoencoder(2, hidden=8, depth=1, seed=0)
