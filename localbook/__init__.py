@@ -22,6 +22,8 @@ from .entmax import *  # noqa: F401,F403
 from .impute import *  # noqa: F401,F403
 from .embedding import *  # noqa: F401,F403
 from .fashion_mnist import *  # noqa: F401,F403
+from .metrics import *  # noqa: F401,F403
+from .sagl import *  # noqa: F401,F403
 # (end of chapter modules)
 
 __version__ = "0.1.0"
