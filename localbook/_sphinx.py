@@ -6,11 +6,15 @@
   the local copies, so no page needs a CDN (``make book`` always makes them; the browser test
   fails on any request that leaves 127.0.0.1). Without the folder (a scratch build of one
   page) the CDN defaults stay.
+* Repeated inline scripts are dropped from each page (a JB1 + sphinx-thebe duplicate that throws a
+  console error on every page).
 
 * ``.. localbook-api::`` (inside an ``{eval-rst}`` block: it emits reStructuredText) writes the whole reference: one section per ``localbook`` module (the
   chapter modules in the order ``localbook/__init__.py`` imports them), its module docstring, a
   summary table and every public name of its ``__all__`` through autodoc. A module added to the
   package appears without editing the page.
+* ``.. localbook-exercises::`` (book/teaching.md) tables every chapter's exercises: code or
+  theory, and the ``lb.check`` self-check that grades it, read from the notebooks at build time.
 * Every documented function or class gets a "Used in" line linking the chapters whose code
   cells call it (``lb.name``, ``localbook.name``, ``lb.module.name``), found by scanning
   ``book/NN_*.ipynb`` under the source folder at build time; only chapters that are part of the book are linked.
@@ -115,6 +119,99 @@ def add_used_in(app, what, name, obj, options, lines):
     lines += ["", "**Used in:** " + (", ".join(f":doc:`/{d}`" for d in docs) if docs else "no chapter yet."), ""]
 
 
+_EXERCISE = re.compile(r"^(?:`{3,}|:{3,})\{exercise\}\s*(?P<title>.*)$")
+_LABEL = re.compile(r"^:label:\s*(?P<label>\S+)")
+_CHECK = re.compile(r"\bcheck\.(ch\d+)\.(\w+)\(")
+
+
+def chapter_exercises(path: Path):
+    """``(title, [(label, title, kind, check)])`` of one chapter notebook, in order.
+
+    ``kind`` is "code" when a cell tagged ``solution`` follows the exercise (before the next one),
+    else "theory"; ``check`` names the ``lb.check`` function an untagged cell calls on the answer.
+    """
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    src = lambda c: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]  # noqa: E731
+    title, out = path.stem, []
+    for c in cells:
+        text = src(c)
+        if c.get("cell_type") == "markdown":
+            if title == path.stem and text.lstrip().startswith("# "):
+                title = text.lstrip()[2:].splitlines()[0].strip()
+            lines = text.splitlines()
+            for i, line in enumerate(lines):
+                m = _EXERCISE.match(line.strip())
+                if m:
+                    label = next((lm.group("label") for lm in map(_LABEL.match, lines[i + 1 : i + 6]) if lm), None)
+                    out.append([label, m.group("title").strip() or _excerpt(lines[i + 1 :]), "theory", None])
+        elif out:
+            tags = c.get("metadata", {}).get("tags", [])
+            if "solution" in tags:
+                out[-1][2] = "code"
+            else:
+                m = _CHECK.search(text)
+                if m:
+                    out[-1][3] = f"{m.group(1)}.{m.group(2)}"
+    return title, [tuple(e) for e in out]
+
+
+def _excerpt(lines, limit: int = 90) -> str:
+    """The first sentence of an exercise's text (options skipped), as reStructuredText."""
+    body = []
+    for line in lines:
+        if re.match(r"^(`{3,}|:{3,})\s*$", line.strip()):
+            break
+        if not line.startswith(":"):
+            body.append(line.strip())
+    text = " ".join(t for t in body if t)
+    text = re.sub(r"\{[\w:-]+\}`([^`<]*?)(?:\s*<[^>]*>)?`", r"\1", text)  # MyST roles -> their text
+    text = re.sub(r"\*\*|(?<!\\)\*", "", text)
+    sentence = re.split(r"(?<=[.?!:])\s", text, maxsplit=1)[0]
+    if len(sentence) > limit:
+        cut = sentence[:limit]
+        if cut.count("$") % 2:  # do not cut inside math
+            cut = cut[: cut.rfind("$")]
+        sentence = cut.rsplit(" ", 1)[0] + " …"
+    sentence = sentence.replace("`", "")
+    parts = sentence.split("$")
+    if len(parts) % 2 == 0:  # unbalanced: drop the math markers
+        return sentence.replace("$", "") or "Exercise"
+    out = "".join(p if k % 2 == 0 else f"\\ :math:`{p}`\\ " for k, p in enumerate(parts))
+    return re.sub(r"\s+", " ", out).strip() or "Exercise"
+
+
+class LocalbookExercises(SphinxDirective):
+    """A table per chapter of its exercises: kind (code/theory) and the self-check that grades it."""
+
+    has_content = False
+
+    def run(self):
+        lines = []
+        for nb in sorted((Path(self.env.srcdir) / "book").glob("[0-9][0-9]_*.ipynb")):
+            doc = f"book/{nb.stem}"
+            if doc not in self.env.found_docs:
+                continue
+            self.env.note_dependency(str(nb))
+            title, exercises = chapter_exercises(nb)
+            lines += [f":doc:`{title} </{doc}>`", ""]
+            if not exercises:
+                lines += ["   No exercises yet.", ""]
+                continue
+            lines += [".. list-table::", "   :header-rows: 1", "   :widths: 50 15 35", "",
+                      "   * - Exercise", "     - Kind", "     - Self-check"]
+            for label, etitle, kind, check in exercises:
+                ref = f"{etitle} (:ref:`{label}`)" if label else etitle
+                lines += [f"   * - {ref}", f"     - {kind}",
+                          f"     - ``lb.check.{check}``" if check else "     - —"]
+            n_code = sum(e[2] == "code" for e in exercises)
+            n_checked = sum(bool(e[3]) for e in exercises)
+            lines += ["", f"{len(exercises)} exercises: {n_code} with code, {n_checked} graded by a self-check.", ""]
+        node = nodes.section()
+        node.document = self.state.document
+        nested_parse_with_titles(self.state, StringList(lines, source="localbook-exercises"), node)
+        return node.children
+
+
 def use_local_web_assets(app, config):
     assets = Path(app.confdir) / "web_assets"
     if not (assets / "mathjax" / "tex-chtml.js").exists():
@@ -124,8 +221,27 @@ def use_local_web_assets(app, config):
     config.nb_ipywidgets_js = {"require.js": {}, "embed-amd.js": {}}
 
 
+def dedupe_scripts(app, pagename, templatename, context, doctree):
+    """Drop repeated inline scripts (JB1 + sphinx-thebe add the thebe config twice, which throws
+    "Identifier 'THEBE_JS_URL' has already been declared" in every page)."""
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, kept = set(), []
+    for js in scripts:
+        attrs = js.attributes if hasattr(type(js), "__slots__") or "attributes" in vars(js) else {}
+        key = (str(getattr(js, "filename", js) or ""), tuple(sorted((k, str(v)) for k, v in attrs.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(js)
+    context["script_files"] = kept
+
+
 def setup(app):
     app.connect("config-inited", use_local_web_assets)
+    app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_directive("localbook-api", LocalbookAPI)
+    app.add_directive("localbook-exercises", LocalbookExercises)
     app.connect("autodoc-process-docstring", add_used_in)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
