@@ -24,6 +24,7 @@ and Hermite activations, data with spurious features, and the experiment runner 
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -84,7 +85,9 @@ def _cholesky(Phi: torch.Tensor) -> torch.Tensor:
     """Cholesky factor of the kernel ``ΦΦᵀ`` with a clear error when it is singular."""
     K = Phi @ Phi.T
     L, info = torch.linalg.cholesky_ex(K)
-    if int(info) != 0:
+    # a rank-deficient K can survive rounding with a tiny pivot: treat that as singular too
+    tiny = 100 * K.shape[0] * torch.finfo(K.dtype).eps * float(torch.diagonal(K).max())
+    if int(info) != 0 or float(torch.diagonal(L).min()) ** 2 < tiny:
         raise ValueError(
             "Phi's rows are linearly dependent (the kernel ΦΦᵀ is singular): interpolation fails, "
             "since no θ fits arbitrary targets and the leave-one-out update is undefined. Remove "
@@ -207,6 +210,17 @@ def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
 # Hermite polynomials and activations
 # ----------------------------------------------------------------------------------------------
 
+def _hermite_table(x: torch.Tensor, degree: int) -> torch.Tensor:
+    """Normalized ``h_0..h_degree`` at ``x`` in one pass of the recurrence, ``(degree + 1, *x.shape)``."""
+    out = [torch.ones_like(x)]
+    if degree >= 1:
+        out.append(x.clone())
+    for j in range(1, degree):
+        # h_{j+1} = (x h_j − √j h_{j−1}) / √(j+1): the recurrence of He_k divided by √(k!)
+        out.append((x * out[j] - math.sqrt(j) * out[j - 1]) / math.sqrt(j + 1))
+    return torch.stack(out)
+
+
 def hermite(k, x, normalized: bool = False) -> torch.Tensor:
     r"""Probabilists' Hermite polynomial :math:`He_k(x)` (or :math:`h_k = He_k/\sqrt{k!}` when ``normalized``).
 
@@ -271,10 +285,11 @@ def _hermite_sum(coeffs: Sequence[float]):
     coeffs = [float(c) for c in coeffs]
 
     def fn(x):
+        H = _hermite_table(x, len(coeffs) - 1)
         out = torch.zeros_like(x)
         for l, c in enumerate(coeffs):
             if c != 0.0:
-                out = out + c * hermite(l, x, normalized=True)
+                out = out + c * H[l]
         return out
 
     return fn
@@ -317,6 +332,14 @@ def get_activation(spec) -> Activation:
     raise ValueError(f"unknown activation {spec!r}; expected 'relu', 'tanh' or a Hermite sum like 'h1+h2'")
 
 
+@functools.lru_cache(maxsize=16)
+def _gauss_hermite(n_nodes: int):
+    nodes, weights = np.polynomial.hermite_e.hermegauss(n_nodes)
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
+
+
 def hermite_coefficients(act, degree: int = 8, n_nodes: int = 200) -> torch.Tensor:
     r"""Normalized Hermite coefficients :math:`\mu_l = \mathbb E_{g\sim N(0,1)}[\sigma(g)\, h_l(g)]`, ``l = 0..degree``.
 
@@ -329,11 +352,11 @@ def hermite_coefficients(act, degree: int = 8, n_nodes: int = 200) -> torch.Tens
     degree = check_positive_int(degree, "degree", minimum=0)
     n_nodes = check_positive_int(n_nodes, "n_nodes", minimum=1, maximum=360)  # numpy overflows beyond
     fn = act if (callable(act) and not isinstance(act, str)) else get_activation(act)
-    nodes, weights = np.polynomial.hermite_e.hermegauss(n_nodes)
-    x = torch.as_tensor(nodes, dtype=torch.float64)
-    w = torch.as_tensor(weights / math.sqrt(2 * math.pi), dtype=torch.float64)
+    nodes, weights = _gauss_hermite(n_nodes)
+    x = torch.tensor(nodes, dtype=torch.float64)
+    w = torch.tensor(weights / math.sqrt(2 * math.pi), dtype=torch.float64)
     fx = torch.as_tensor(fn(x), dtype=torch.float64)
-    return torch.stack([(w * fx * hermite(l, x, normalized=True)).sum() for l in range(degree + 1)])
+    return _hermite_table(x, degree) @ (w * fx)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -399,21 +422,23 @@ def ntk_kernel(Z1, Z2, W, activation="relu") -> torch.Tensor:
     return (Z1 @ Z2.T / d) * (act.grad(Z1 @ W.T) @ act.grad(Z2 @ W.T).T / k)
 
 
-def alignment_limit(act, alpha, model: str = "rf", degree: int = 30, n_nodes: int = 300) -> float:
+def alignment_limit(act, alpha, model: str = "rf", degree: int = 30, n_nodes: int = 300):
     r"""The paper's claimed limit :math:`\gamma` of the feature alignment :math:`F(z^s, z)`.
 
-    As stated by Bombari & Mondelli (2024), Theorems 5.4 and 6.3, in the regime where each sample's
-    low-degree features are explained by the other samples (``N ≫ d``):
+    As stated by Bombari & Mondelli (2024), Theorems 5.4 and 6.3 (our reading), in the regime where
+    each sample's low-degree features are explained by the other samples (``N ≫ d``):
 
     * RF:  :math:`\gamma_{RF} = \sum_{l\ge 2}\mu_l^2\alpha^l \,/\, \sum_{l\ge 2}\mu_l^2`, with :math:`\mu_l` the
       Hermite coefficients of :math:`\sigma`;
     * NTK: :math:`\gamma_{NTK} = \sum_{l\ge 1}\mu_l'^2\alpha^{l+1} \,/\, \sum_{l\ge 1}\mu_l'^2`, with :math:`\mu'_l`
       those of :math:`\sigma'`.
 
-    A claim to compare with measurements (chapter 8), truncated at ``degree``. ``alpha`` in (0, 1).
+    A claim to compare with measurements (chapter 8), truncated at ``degree``. ``alpha`` in (0, 1),
+    a number (returns a float) or a sequence (returns a float64 tensor).
     """
-    alpha = check_positive_float(alpha, "alpha")
-    if alpha >= 1:
+    many = isinstance(alpha, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(alpha) == 1
+    alphas = [check_positive_float(float(a), "alpha") for a in (alpha if many else [alpha])]
+    if any(a >= 1 for a in alphas):
         raise ValueError(f"alpha is the spurious fraction d_y/d and must be in (0, 1), got {alpha}")
     model = check_choice(model, "model", ["rf", "ntk"])
     act = get_activation(act)
@@ -428,7 +453,9 @@ def alignment_limit(act, alpha, model: str = "rf", degree: int = 30, n_nodes: in
     den = float(m2.sum())
     if den == 0:
         raise ValueError(f"{act.name!r} has no Hermite energy at degree ≥ {l0}: the limit is undefined")
-    return float((m2 * alpha ** (ls + shift)).sum()) / den
+    a = torch.tensor(alphas, dtype=torch.float64)[:, None]
+    gam = (m2 * a ** (ls + shift)).sum(1) / den
+    return gam if many else float(gam[0])
 
 
 # ----------------------------------------------------------------------------------------------

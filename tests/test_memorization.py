@@ -213,6 +213,8 @@ def test_alignment_limit_closed_forms():
     assert M.alignment_limit("h1+h4", 0.5) == pytest.approx(0.0625)
     ntk = M.get_activation("h0+h3").antiderivative()  # σ' = h0 + h3
     assert M.alignment_limit(ntk, 0.5, model="ntk") == pytest.approx(0.5 ** 4)
+    vals = M.alignment_limit("h1+h2", [0.25, 0.5])
+    torch.testing.assert_close(vals, torch.tensor([0.0625, 0.25], dtype=torch.float64))
 
 
 # ---------------------------------------------------------------- data and experiments -------
@@ -275,6 +277,14 @@ def test_bad_inputs():
     dup = torch.cat([Phi, Phi[:1]])
     with pytest.raises(ValueError, match="linearly dependent"):
         M.min_norm_fit(dup, torch.randn(6, dtype=torch.float64))
+    # rank-deficient features that may survive rounding in the Cholesky factorization
+    g = torch.Generator().manual_seed(0)
+    Z, lab, _ = M.spurious_gaussian_data(40, 6, 0.5, g, dtype=torch.float64)
+    P2 = M.random_features(Z, M.gaussian_weights(500, 6, g, dtype=torch.float64), "h1+h2")
+    r = int(torch.linalg.matrix_rank(P2))
+    M.min_norm_fit(P2[:r], lab[:r])
+    with pytest.raises(ValueError, match="linearly dependent"):
+        M.min_norm_fit(P2[: r + 1], lab[: r + 1])
     with pytest.raises(ValueError, match="phi_z"):
         M.stability(Phi, G, 0, torch.randn(3, 7, dtype=torch.float64))
     with pytest.raises(ValueError, match="G"):
