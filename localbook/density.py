@@ -380,7 +380,38 @@ def blurring_mean_shift(
                            path=torch.stack(path) if path is not None else None)
 
 
-def medoid_shift(x, bandwidth, kernel: str = "gaussian") -> MeanShiftResult:
+def _medoid_successors(pts: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, kern: Kernel):
+    """Weighted medoid of every point's neighbourhood (point masses ``weight``): the point nearest
+    its local mean, itself on ties. Returns the successor indices ``(k,)`` and ``log Σ K·weight``."""
+    k = pts.shape[0]
+    values = torch.cat([pts * weight[:, None], weight[:, None]], dim=1)
+    sums, log_sum = local_average(pts, pts, values, h, kern, warn_empty=False)
+    mean = sums[:, :-1] / sums[:, -1:]
+    log_mass = log_sum + torch.log(sums[:, -1])
+    nxt = torch.empty(k, dtype=torch.long, device=pts.device)
+    rows = chunk_rows(k, k, 1, pts.element_size())
+    center = pts.mean(0)
+    for sl in iter_chunks(k, rows):
+        d2 = scaled_sq_dist(mean[sl], pts, h, center)
+        best = d2.argmin(1)
+        own = torch.arange(sl.start, sl.stop, device=pts.device)
+        stay = d2[torch.arange(own.numel(), device=pts.device), own] <= d2.gather(1, best[:, None])[:, 0]
+        nxt[sl] = torch.where(stay, own, best)
+    return nxt, log_mass
+
+
+def _follow(nxt: torch.Tensor) -> tuple:
+    """Roots of the forest ``i → nxt[i]`` by pointer jumping; returns ``(root, rounds)``."""
+    root = nxt
+    for rounds in range(1, 2 * max(1, nxt.numel()).bit_length() + 2):
+        jumped = root[root]
+        if bool((jumped == root).all()):
+            return root, rounds
+        root = jumped
+    raise RuntimeError("medoid shift's successor map has a cycle (ties between distinct points)")
+
+
+def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1) -> MeanShiftResult:
     r"""Medoid shift (Sheikh, Khan & Kanade 2007): shifts restricted to the data points.
 
     Point :math:`i` moves to the data point minimizing the local weighted spread
@@ -388,39 +419,36 @@ def medoid_shift(x, bandwidth, kernel: str = "gaussian") -> MeanShiftResult:
     :math:`\sum_k w_{ik}|x_k - x_j|^2 = \sum_k w_{ik}|x_k - m_i|^2 + |m_i - x_j|^2` for the local
     mean :math:`m_i`, that is the data point nearest to :math:`m_i` (a point stays put when it is
     one of the nearest). The successor map is computed once; following it (pointer jumping, on the
-    device) leads every point to a root, which is its mode. Distances are in bandwidth units.
-    Returns a :class:`MeanShiftResult` whose ``modes`` are data points and ``n_iter`` the number of
-    pointer-jumping rounds.
+    device) leads every point to a root. With ``max_rounds > 1`` the roots are treated as new data,
+    each weighted by the number of points it holds, and the procedure repeats (iterated medoid
+    shift) until a round merges nothing. Distances are in bandwidth units. Returns a
+    :class:`MeanShiftResult` whose ``modes`` are data points (strongest first) and ``n_iter`` the
+    number of rounds used.
     """
     x = check_points(x, "x")
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
     kern = get_kernel(kernel)
-    n = x.shape[0]
-    mean, log_mass = _local_step(x, x, h, kern)
-    nxt = torch.empty(n, dtype=torch.long, device=x.device)
-    rows = chunk_rows(n, n, 1, x.element_size())
-    center = x.mean(0)
-    for sl in iter_chunks(n, rows):
-        d2 = scaled_sq_dist(mean[sl], x, h, center)
-        best = d2.argmin(1)
-        own = torch.arange(sl.start, sl.stop, device=x.device)
-        stay = d2[torch.arange(own.numel(), device=x.device), own] <= d2.gather(1, best[:, None])[:, 0]
-        nxt[sl] = torch.where(stay, own, best)
-    root = nxt
+    max_rounds = check_positive_int(max_rounds, "max_rounds")
+    idx = torch.arange(x.shape[0], device=x.device)  # data index of each current candidate
+    weight = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+    owner = torch.arange(x.shape[0], device=x.device)  # each point's current candidate
     rounds = 0
-    for rounds in range(1, 2 * max(1, n).bit_length() + 2):
-        jumped = root[root]
-        if bool((jumped == root).all()):
+    log_mass = None
+    for rounds in range(1, max_rounds + 1):
+        nxt, log_mass = _medoid_successors(x[idx], weight, h, kern)
+        root, _ = _follow(nxt)
+        roots, inverse = torch.unique(root, return_inverse=True)
+        owner = inverse[owner]
+        weight = torch.zeros(roots.numel(), dtype=x.dtype, device=x.device).index_add_(0, inverse, weight)
+        merged = roots.numel() < idx.numel()
+        idx, log_mass = idx[roots], log_mass[roots]
+        if not merged:
             break
-        root = jumped
-    else:
-        raise RuntimeError("medoid shift's successor map has a cycle (ties between distinct points)")
-    roots, labels = torch.unique(root, return_inverse=True)
-    order = torch.argsort(log_mass[roots], descending=True, stable=True)
+    order = torch.argsort(log_mass, descending=True, stable=True)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel(), device=x.device)
-    return MeanShiftResult(modes=x[roots[order]], labels=rank[labels], n_iter=rounds,
-                           intensity=torch.exp(log_mass[roots[order]]), path=None)
+    return MeanShiftResult(modes=x[idx[order]], labels=rank[owner], n_iter=rounds,
+                           intensity=torch.exp(log_mass[order]), path=None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -75,12 +75,17 @@ def test_kde_score_and_hessian_vs_autograd(device):
     x = x.to(device)
     h = torch.tensor([0.7, 1.1], dtype=torch.float64, device=device)
     q = torch.randn(6, 2, dtype=torch.float64, device=device) * 2
+    def brute_log_kde(z):  # written out term by term: an independent, differentiable reference
+        u2 = (((z[:, None, :] - x[None, :, :]) / h) ** 2).sum(2)
+        return torch.logsumexp(-0.5 * u2, 1) - math.log(len(x)) - torch.log(2 * math.pi * h**2).sum() / 2
+
+    torch.testing.assert_close(lb.kde(q, x, h, log=True), brute_log_kde(q))
     qq = q.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(lb.kde(qq, x, h, log=True).sum(), qq)
+    (grad,) = torch.autograd.grad(brute_log_kde(qq).sum(), qq)
     score = lb.kde_score(q, x, h)
     assert score.device.type == device.type and score.shape == (6, 2)
     torch.testing.assert_close(score, grad, rtol=1e-9, atol=1e-11)
-    hess = torch.stack([torch.autograd.functional.hessian(lambda z: lb.kde(z[None], x, h, log=True)[0], q[i])
+    hess = torch.stack([torch.autograd.functional.hessian(lambda z: brute_log_kde(z[None])[0], q[i])
                         for i in range(q.shape[0])])
     torch.testing.assert_close(lb.kde_log_hessian(q, x, h), hess, rtol=1e-8, atol=1e-10)
 
@@ -185,6 +190,20 @@ def test_medoid_shift_properties(seed, n, h):
     assert bool((spread[roots, roots] <= best[roots] + 1e-12).all())
 
 
+def test_iterated_medoid_shift_merges_roots():
+    x, y = _blobs(240, std=0.6)
+    one = lb.medoid_shift(x, 0.6)
+    it = lb.medoid_shift(x, 0.6, max_rounds=10)
+    assert it.n_iter >= 2 and len(it.modes) < len(one.modes)
+    assert adjusted_rand_score(y.numpy(), it.labels.numpy()) > 0.9
+    # every iterated mode is a data point and the strongest first
+    assert float(_cdist(it.modes, x).min(1).values.max()) == 0.0
+    assert bool((it.intensity[:-1] >= it.intensity[1:]).all())
+    # each first-pass cluster lands in exactly one iterated cluster
+    pairs = torch.unique(torch.stack([one.labels, it.labels], 1), dim=0)
+    assert pairs.shape[0] == len(one.modes)
+
+
 def test_blurring_mean_shift_collapses():
     x, y = _blobs(150, std=0.4)
     res = lb.blurring_mean_shift(x, 0.8, return_path=True, max_iter=30)
@@ -251,6 +270,7 @@ def test_dtype_and_integer_inputs():
         (lambda x: lb.mean_shift(x, 1.0, merge_radius=0.0), ValueError, "merge_radius"),
         (lambda x: lb.blurring_mean_shift(x, -1.0), ValueError, "bandwidth"),
         (lambda x: lb.medoid_shift("abc", 1.0), TypeError, "x"),
+        (lambda x: lb.medoid_shift(x, 1.0, max_rounds=0), ValueError, "max_rounds"),
         (lambda x: lb.pc_shift(x, 1.0, ridge_dim=2), ValueError, "ridge_dim"),
         (lambda x: lb.log_kernel_constant("gaussian", 0), ValueError, "d"),
     ],
