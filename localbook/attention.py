@@ -731,23 +731,25 @@ def draw_attention_graph(graph: AttentionGraph, ax=None, max_width: float = 4.0,
 
     ax = ax or plt.gca()
     N = len(graph.labels)
-    xs = torch.arange(N, dtype=torch.float64).tolist()
     wmax = float(graph.edge_weights.max()) if graph.edge_weights.numel() else 1.0
+    top = 0.5
     for (a, b), wt in zip(graph.edges.tolist(), graph.edge_weights.tolist()):
         f = wt / wmax
-        rad = 0.35 if a > b else -0.35
-        ax.add_patch(FancyArrowPatch((xs[a], 0.0), (xs[b], 0.0), connectionstyle=f"arc3,rad={-rad}",
+        # arc3 bends to the left of the direction of travel: flip the sign so every arc is above the line
+        rad = 0.4 if a > b else -0.4
+        top = max(top, 0.2 * abs(a - b) + 0.3)
+        ax.add_patch(FancyArrowPatch((float(a), 0.0), (float(b), 0.0), connectionstyle=f"arc3,rad={rad}",
                                      arrowstyle="-|>", mutation_scale=6 + 6 * f, lw=0.3 + max_width * f,
-                                     color=color, alpha=0.25 + 0.7 * f, shrinkA=4, shrinkB=4))
-    ax.scatter(xs, [0.0] * N, s=18, color="k", zorder=3)
-    for x, lab in zip(xs, graph.labels):
-        ax.text(x, -0.05 * max(1, N / 10), lab, rotation=90, ha="center", va="top", fontsize=9)
-    span = max(1.0, (N - 1) * 0.35 / 2 * 1.1)
-    ax.set_xlim(-1, N)
-    ax.set_ylim(-0.25 * max(1, N / 10) - 0.3, span)
+                                     color=color, alpha=0.25 + 0.7 * f, shrinkA=3, shrinkB=3))
+    ax.scatter(range(N), [0.0] * N, s=18, color="k", zorder=3)
+    for x, lab in enumerate(graph.labels):
+        ax.annotate(lab, (x, 0.0), xytext=(0, -6), textcoords="offset points", rotation=90,
+                    ha="center", va="top", fontsize=9)
+    ax.set_xlim(-0.7, N - 0.3)
+    ax.set_ylim(-0.3 * top, top)
     ax.set_yticks([])
     ax.set_xticks([])
     ax.grid(False)
-    for s in ax.spines.values():
-        s.set_visible(False)
+    for sp in ax.spines.values():
+        sp.set_visible(False)
     return ax
