@@ -5,7 +5,7 @@ sort in localbook) on a (1024, 4096) float32 score matrix, checks that values an
 and reports the time ratio and the peak memory of one forward+backward pass (CPU: the growth of
 the resident-set high-water mark in a fresh subprocess; CUDA: torch.cuda.max_memory_allocated).
 
-    python benchmarks/bench_entmax.py [--device cpu|cuda] [--quick] [--reps N]
+    python benchmarks/bench_entmax.py [--device cpu|cuda] [--quick] [--reps N] [--threads T]
 
 Writes benchmarks/results/entmax.md (entmax-cuda.md on CUDA).
 """
@@ -62,17 +62,21 @@ def _sync(device):
 
 
 def _time(f, z, g, device):
+    """Seconds of one forward+backward: wall clock on CUDA; on the CPU the process's CPU time, which
+    other processes' load on a shared machine does not inflate (the wall clock is reported too)."""
     _sync(device)
-    t = time.perf_counter()
+    w, c = time.perf_counter(), time.process_time()
     _fwd_bwd(f, z, g)
     _sync(device)
-    return time.perf_counter() - t
+    w, c = time.perf_counter() - w, time.process_time() - c
+    return (w if device.type == "cuda" else c), w
 
 
-def _child(method: str, which: int, shape, scale: float) -> None:
+def _child(method: str, which: int, shape, scale: float, threads: int) -> None:
     """Run one forward+backward pass in this fresh process and print the RSS growth (bytes)."""
     import resource
 
+    torch.set_num_threads(threads)
     fns = _methods()[method]
     z = _scores(shape, scale, torch.device("cpu"))
     g = torch.ones_like(z)
@@ -84,8 +88,8 @@ def _child(method: str, which: int, shape, scale: float) -> None:
     print(json.dumps({"peak_bytes": (after - before) * 1024}))
 
 
-def _peak_cpu(method, which, shape, scale):
-    cmd = [sys.executable, __file__, "--child", json.dumps([method, which, list(shape), scale])]
+def _peak_cpu(method, which, shape, scale, threads):
+    cmd = [sys.executable, __file__, "--child", json.dumps([method, which, list(shape), scale, threads])]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])["peak_bytes"]
 
@@ -122,13 +126,15 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small shape, few repetitions (smoke test)")
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions per method (median reported)")
     ap.add_argument("--out", type=Path, default=None, help="markdown file to write")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: CPU time = work)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        method, which, shape, scale = json.loads(args.child)
-        _child(method, which, tuple(shape), scale)
+        method, which, shape, scale, threads = json.loads(args.child)
+        _child(method, which, tuple(shape), scale, threads)
         return 0
 
+    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda requested but CUDA is not available")
@@ -151,12 +157,14 @@ def main(argv=None) -> int:
             for _ in range(reps):  # interleaved, so both see the same machine load
                 t_ours.append(_time(ours, z, g, device))
                 t_theirs.append(_time(theirs, z, g, device))
-            a, b = statistics.median(t_ours), statistics.median(t_theirs)
+            a, b = (statistics.median(t[0] for t in ts) for ts in (t_ours, t_theirs))
+            wa, wb = (statistics.median(t[1] for t in ts) for ts in (t_ours, t_theirs))
             if device.type == "cuda":
                 m_ours, m_theirs = _peak_cuda(ours, z, g), _peak_cuda(theirs, z, g)
             else:
-                m_ours, m_theirs = (_peak_cpu(name, i, shape, scale) for i in (0, 1))
+                m_ours, m_theirs = (_peak_cpu(name, i, shape, scale, args.threads) for i in (0, 1))
             rows.append(dict(input=in_name, method=name, support=support, ours=a, theirs=b, ratio=b / a,
+                             wall_ours=wa, wall_theirs=wb,
                              mem_ours=m_ours, mem_theirs=m_theirs,
                              err=float((p - q).abs().max()), gerr=float((gp - gq).abs().max())))
             print(f"{in_name:26s} {name:22s} support {support:7.1f}  localbook {a * 1e3:8.1f} ms  "
@@ -168,18 +176,20 @@ def main(argv=None) -> int:
         f"## entmax{' (CUDA)' if device.type == 'cuda' else ''}: `localbook.entmax` vs the `entmax` package",
         "",
         f"Forward + backward on a {shape[0]}×{shape[1]} float32 score matrix on {device.type} (median of "
-        f"{reps} interleaved runs; speed-up = entmax time / localbook time; peak = extra memory of one "
+        f"{reps} interleaved runs; {'wall-clock time' if device.type == 'cuda' else f'CPU time of the process with {args.threads} torch thread(s), so that load from other processes on a shared machine does not distort the ratio; the wall clock is listed too'}; "
+        f"speed-up = entmax time / localbook time; peak = extra memory of one "
         f"forward+backward pass, {'CUDA max_memory_allocated' if device.type == 'cuda' else 'RSS high-water growth in a fresh process'}). "
         "Values and gradients agree (max abs differences listed). The package sorts every row in full "
         "(sparsemax, 1.5-entmax) or runs 50 bisection steps over the whole row (α-entmax); localbook "
         "partially sorts the rows (`topk`) to a certified size and runs Newton on the top entries.",
         "",
-        "| scores | method | mean support | localbook (ms) | entmax (ms) | speed-up | peak MiB localbook | peak MiB entmax | max abs diff p / grad |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| scores | method | mean support | localbook (ms) | entmax (ms) | speed-up | wall ms localbook / entmax | peak MiB localbook | peak MiB entmax | max abs diff p / grad |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(f"| {r['input']} | {r['method']} | {r['support']:.1f} | {r['ours'] * 1e3:.1f} | "
-                     f"{r['theirs'] * 1e3:.1f} | **{r['ratio']:.2f}×** | {mib(r['mem_ours'])} | "
+                     f"{r['theirs'] * 1e3:.1f} | **{r['ratio']:.2f}×** | "
+                     f"{r['wall_ours'] * 1e3:.0f} / {r['wall_theirs'] * 1e3:.0f} | {mib(r['mem_ours'])} | "
                      f"{mib(r['mem_theirs'])} | {r['err']:.1e} / {r['gerr']:.1e} |")
     lines += ["", f"Machine: {_machine(device)}.{' (--quick run)' if args.quick else ''}", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
