@@ -160,6 +160,8 @@ def machine(device: str) -> str:
            f"numpy {np.__version__}, Python {platform.python_version()}"
     if device == "cuda":
         text += f"; GPU: {torch.cuda.get_device_name(0)}"
+    if hasattr(os, "getloadavg"):  # a shared machine's CPU timings are only as good as its load
+        text += f"; 1-minute load average {os.getloadavg()[0]:.1f} at the end of the run"
     return text
 
 
