@@ -16,8 +16,8 @@ Data: ``V`` views ``X⁽ᵛ⁾ (n, d_v)`` of the same ``n`` samples. The model (
 Training (:func:`fit_sagl`) minimizes, for standardized views ``X̃⁽ᵛ⁾``,
 
 .. math::
-    L = \sum_v \frac{\|X̃^{(v)} - A X̃^{(v)}\|_F^2}{\|X̃^{(v)}\|_F^2}
-      + λ \sum_v \frac{\|X̃^{(v)} - D_v(H)\|_F^2}{\|X̃^{(v)}\|_F^2},
+    L = \sum_v \frac{\|\tilde X^{(v)} - A \tilde X^{(v)}\|_F^2}{\|\tilde X^{(v)}\|_F^2}
+      + \lambda \sum_v \frac{\|\tilde X^{(v)} - D_v(H)\|_F^2}{\|\tilde X^{(v)}\|_F^2},
 
 self-expression of every view through one shared graph, plus reconstruction of every view from
 the aggregated code by linear decoders ``D_v``. What keeps this away from trivial solutions:
@@ -30,7 +30,9 @@ reconstruction term keeps ``H`` informative about every view, which is the only 
 encoders get in the identity-graph ablation.
 
 The clustering read-out (:func:`spectral_readout`) is normalized spectral clustering of the
-symmetrized graph ``W = (A + Aᵀ)/2``. :func:`make_multiview_subspaces` draws a union of
+symmetrized graph ``W = (A + Aᵀ)/2``. The graph is stored as a dense ``(n, n)`` tensor (sparse in
+its values, not its storage): the module is meant for ``n`` up to a few thousand points, trained
+full-batch. :func:`make_multiview_subspaces` draws a union of
 subspaces seen through several random nonlinear maps; :func:`make_digits_views` builds a real
 two-view set offline (scikit-learn digits as pixels and as gradient-orientation histograms).
 """
@@ -73,7 +75,8 @@ def make_multiview_subspaces(
     Latent points ``xᵢ = B_{yᵢ} cᵢ`` with ``B_k (latent_dim, subspace_dim)`` a random orthonormal
     basis and ``cᵢ`` uniform on the unit sphere of ``ℝ^{subspace_dim}``. View ``v`` is a random
     one-hidden-layer map with its own activation (tanh, centred softplus, sine in turn):
-    ``X⁽ᵛ⁾ = σ_v(γ xᵢ G_v) M_v / γ + noise·ε`` with Gaussian ``G_v (latent_dim, 2·d_v)``,
+    ``X⁽ᵛ⁾ = σ_v(γ xᵢ G_v) M_v / γ + noise·sd·ε`` (``sd`` the view's standard deviation, ``ε``
+    standard normal) with Gaussian ``G_v (latent_dim, 2·d_v)``,
     ``M_v (2·d_v, d_v)`` (scaled by fan-in) and ``γ = nonlinearity`` (small ``γ`` ≈ linear).
     Returns ``views`` (a list of ``(n, d_v)`` tensors), ``labels (n,)`` (int64) and
     ``latent (n, latent_dim)``, with ``n = n_per_class · n_classes`` and rows grouped by class.
@@ -294,16 +297,17 @@ def fit_sagl(views, *, graph: str = "entmax15", gate: bool = True, latent_dim: i
              reconstruction_weight: float = 0.1, seed: int = 0, **model_kwargs) -> SAGLResult:
     """Train a :class:`SparseAttentionGraph` on ``views`` (list of ``(n, d_v)``) with full-batch Adam.
 
-    Views are standardized (:func:`standardize_views`), the model is built in the views' dtype
-    on their device with ``torch.manual_seed(seed)``-style seeding (a private generator: the
-    global RNG is untouched), and :func:`sagl_loss` is minimized for ``n_steps`` steps.
+    Views are standardized (:func:`standardize_views`), the model's weights are drawn with
+    ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng`` (the caller's RNG state is left
+    untouched), moved to the views' dtype and device, and :func:`sagl_loss` is minimized for
+    ``n_steps`` steps. ``model_kwargs`` go to :class:`SparseAttentionGraph`.
     Returns a :class:`SAGLResult` holding the model and the final graph ``A (n, n)``.
     """
     xs = standardize_views(views)
     n_steps = check_positive_int(n_steps, "n_steps")
     lr = check_positive_float(lr, "lr")
     reconstruction_weight = check_positive_float(reconstruction_weight, "reconstruction_weight", allow_zero=True)
-    with torch.random.fork_rng(devices=[xs[0].device] if xs[0].is_cuda else []):
+    with torch.random.fork_rng(devices=[]):  # weights are drawn on the CPU
         torch.manual_seed(int(seed))
         model = SparseAttentionGraph([x.shape[1] for x in xs], latent_dim=latent_dim, hidden_dim=hidden_dim,
                                      graph=graph, gate=gate, **model_kwargs)
