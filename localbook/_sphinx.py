@@ -72,7 +72,7 @@ def _rst(module, namespace, heading):
     lines += inspect.cleandoc(mod.__doc__ or "").splitlines() + [""]
     documented = [n for n in names if inspect.isclass(getattr(mod, n)) or callable(getattr(mod, n))]
     if documented:
-        lines += [".. autosummary::", ""] + [f"   {n}" for n in documented] + [""]
+        lines += [".. autosummary::", "   :nosignatures:", ""] + [f"   {n}" for n in documented] + [""]
     for n in names:
         obj = getattr(mod, n)
         if inspect.isclass(obj):
@@ -164,7 +164,7 @@ def _excerpt(lines, limit: int = 90) -> str:
         if not line.startswith(":"):
             body.append(line.strip())
     text = " ".join(t for t in body if t)
-    text = re.sub(r"\{[\w:-]+\}`([^`<]*?)(?:\s*<[^>]*>)?`", r"\1", text)  # MyST roles -> their text
+    text = re.sub(r"\{([\w:-]+)\}`([^`]*)`", lambda m: f"\x00{m.group(1)}\x01{m.group(2)}\x02", text)  # MyST roles
     text = re.sub(r"\*\*|(?<!\\)\*", "", text)
     sentence = re.split(r"(?<=[.?!:])\s", text, maxsplit=1)[0]
     if len(sentence) > limit:
@@ -173,11 +173,25 @@ def _excerpt(lines, limit: int = 90) -> str:
             cut = cut[: cut.rfind("$")]
         sentence = cut.rsplit(" ", 1)[0] + " …"
     sentence = sentence.replace("`", "")
+    sentence = re.sub(r"\x00([\w:-]+)\x01([^\x02]*)\x02", lambda m: f":{m.group(1)}:`{m.group(2)}`", sentence)
+    sentence = re.sub(r"\x00[^\x02]*$", "…", sentence)  # a role cut by the length limit
     parts = sentence.split("$")
     if len(parts) % 2 == 0:  # unbalanced: drop the math markers
         return sentence.replace("$", "") or "Exercise"
-    out = "".join(p if k % 2 == 0 else f"\\ :math:`{p}`\\ " for k, p in enumerate(parts))
-    return re.sub(r"\s+", " ", out).strip() or "Exercise"
+    parts = [re.sub(r"\s+", " ", p) for p in parts]
+    out = ""
+    for k, p in enumerate(parts):
+        if k % 2 == 0:
+            out += p
+        else:  # inline math needs whitespace around it in reST; an escaped space glues it to text
+            before = "" if (not out or out.endswith(" ")) else "\\ "
+            nxt = parts[k + 1] if k + 1 < len(parts) else ""
+            after = "" if (not nxt or nxt.startswith(" ")) else "\\ "
+            out += f"{before}:math:`{p.strip()}`{after}"
+    out = out.strip()
+    if re.match(r"^(\(?[a-zA-Z0-9]{1,2}[.)]|[-*+] )", out):  # "(a) ..." would start an enumerated list
+        out = "\\" + out
+    return out or "Exercise"
 
 
 class LocalbookExercises(SphinxDirective):
