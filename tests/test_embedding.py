@@ -1,0 +1,254 @@
+"""Tests of localbook.embedding: LLE vs scikit-learn, asymmetric MDS identities, triplet losses."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import localbook as lb
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def _swiss(n=300, seed=0):
+    from sklearn.datasets import make_swiss_roll
+
+    return make_swiss_roll(n, noise=0.0, random_state=seed)[0]
+
+
+# --- LLE --------------------------------------------------------------------------------------------
+def test_lle_weights_sum_to_one_and_reconstruct():
+    X = _swiss(300)
+    w, idx = lb.lle_weights(X, n_neighbors=10, reg=1e-3)
+    assert w.shape == (300, 10) and idx.shape == (300, 10)
+    torch.testing.assert_close(w.sum(1), torch.ones(300), rtol=0, atol=1e-12)
+    x = torch.as_tensor(X)
+    recon = (w[..., None] * x[idx]).sum(1)
+    # the affine local mean reconstructs each point far better than the plain neighbour mean
+    err_lle = ((recon - x) ** 2).sum(1).mean()
+    err_mean = ((x[idx].mean(1) - x) ** 2).sum(1).mean()
+    assert err_lle < 0.05 * err_mean
+    assert not bool((idx == torch.arange(300)[:, None]).any())  # a point is not its own neighbour
+
+
+def test_lle_weights_match_sklearn_barycenter():
+    from sklearn.manifold._locally_linear import barycenter_kneighbors_graph
+
+    X = _swiss(200, seed=1)
+    w, idx = lb.lle_weights(X, n_neighbors=8, reg=1e-3)
+    W = lb.lle_weight_matrix(w, idx).numpy()
+    W_sk = barycenter_kneighbors_graph(X, n_neighbors=8, reg=1e-3).toarray()
+    np.testing.assert_allclose(W, W_sk, atol=1e-8)
+
+
+def test_lle_weights_are_constrained_least_squares():
+    # KKT system of min |x_i - G^T w|^2 + eps |w|^2 s.t. 1^T w = 1, solved independently
+    X = torch.as_tensor(_swiss(100, seed=2))
+    k, reg = 6, 1e-3
+    w, idx = lb.lle_weights(X, n_neighbors=k, reg=reg)
+    i = 17
+    G = X[idx[i]] - X[i]
+    C = G @ G.T
+    C = C + reg * torch.trace(C) * torch.eye(k)
+    kkt = torch.zeros(k + 1, k + 1)
+    kkt[:k, :k] = 2 * C
+    kkt[:k, k] = 1
+    kkt[k, :k] = 1
+    rhs = torch.zeros(k + 1)
+    rhs[k] = 1
+    sol = torch.linalg.solve(kkt, rhs)
+    torch.testing.assert_close(w[i], sol[:k], rtol=0, atol=1e-10)
+
+
+def test_lle_embedding_matches_sklearn_up_to_sign():
+    from scipy.linalg import subspace_angles
+    from sklearn.manifold import LocallyLinearEmbedding
+
+    X = _swiss(400, seed=3)
+    Y, err = lb.locally_linear_embedding(X, n_components=2, n_neighbors=12, return_error=True)
+    sk = LocallyLinearEmbedding(n_neighbors=12, n_components=2, eigen_solver="dense", random_state=0)
+    Ys = sk.fit_transform(X)
+    assert np.max(subspace_angles(Y.numpy(), Ys)) < 1e-6
+    # column by column: equal up to sign
+    for c in range(2):
+        a, b = Y[:, c].numpy(), Ys[:, c]
+        assert min(np.abs(a - b).max(), np.abs(a + b).max()) < 1e-6
+    assert err == pytest.approx(sk.reconstruction_error_, rel=1e-6, abs=1e-12)
+
+
+def test_lle_device_dtype(device):
+    x = torch.as_tensor(_swiss(120), dtype=torch.float32, device=device)
+    w, idx = lb.lle_weights(x, 6)
+    assert w.device.type == device.type and w.dtype == torch.float32
+    Y = lb.locally_linear_embedding(x.double(), 2, 8)
+    assert Y.shape == (120, 2) and Y.device.type == device.type
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(3, 8), st.integers(2, 5))
+def test_property_lle_weights_affine_invariant(seed, k, d):
+    # LLE weights are invariant to rotation, translation and scaling of the data
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(30, d, generator=g)
+    Q, _ = torch.linalg.qr(torch.randn(d, d, generator=g))
+    w1, i1 = lb.lle_weights(X, k)
+    w2, i2 = lb.lle_weights(3.0 * X @ Q + 5.0, k)
+    assert torch.equal(i1, i2)
+    torch.testing.assert_close(w1, w2, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(w1.sum(1), torch.ones(30), rtol=0, atol=1e-10)
+
+
+# --- classical and asymmetric MDS -------------------------------------------------------------------
+def test_classical_mds_recovers_configuration():
+    from scipy.spatial import procrustes
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(25, 2, generator=g)
+    D = torch.cdist(X, X)
+    Y = lb.classical_mds(D, 2)
+    torch.testing.assert_close(torch.cdist(Y, Y), D, rtol=0, atol=1e-8)
+    assert procrustes(X.numpy(), Y.numpy())[2] < 1e-12
+
+
+def test_asymmetric_mds_recovers_radius_model():
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(20, 2, generator=g)
+    r = torch.randn(20, generator=g)
+    r = r - r.mean()
+    delta = torch.cdist(X, X) + r[None, :] - r[:, None]
+    res = lb.asymmetric_mds(delta, 2)
+    torch.testing.assert_close(res.radius, r, rtol=0, atol=1e-10)
+    torch.testing.assert_close(torch.cdist(res.embedding, res.embedding), torch.cdist(X, X), rtol=0, atol=1e-5)
+    assert res.stress < 1e-8
+
+
+def test_asymmetric_mds_radius_is_stationary_and_stress_splits():
+    g = torch.Generator().manual_seed(2)
+    delta = torch.rand(15, 15, generator=g) * 3
+    for bw in [None, 1.0]:
+        res = lb.asymmetric_mds(delta, 2, bandwidth=bw, n_iter=200)
+        r = res.radius.clone().requires_grad_(True)
+        Y = res.embedding
+        off = 1 - torch.eye(15)
+        S = (delta + delta.T) / 2
+        W = off if bw is None else torch.exp(-0.5 * (S / bw) ** 2) * off
+        dist = torch.cdist(Y, Y)
+        loss = (W * (delta - dist - r[None, :] + r[:, None]) ** 2).sum()
+        (grad,) = torch.autograd.grad(loss, r)
+        assert grad.abs().max() < 1e-8  # closed-form radii minimize the stress
+        assert loss.item() == pytest.approx(res.stress, rel=1e-8)
+        assert res.stress == pytest.approx(res.symmetric_stress + res.skew_stress, rel=1e-12)
+    # unit weights: the radius is the column mean of the skew part
+    res = lb.asymmetric_mds(delta, 2)
+    A = (delta - delta.T) / 2
+    torch.testing.assert_close(res.radius, A.mean(0) - A.mean(), rtol=0, atol=1e-12)
+
+
+def test_asymmetric_mds_symmetric_input_has_zero_radii():
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(12, 3, generator=g)
+    res = lb.asymmetric_mds(torch.cdist(X, X), 2, n_iter=50)
+    assert res.radius.abs().max() < 1e-12 and res.skew_stress < 1e-20
+
+
+# --- triplets -------------------------------------------------------------------------------------
+def test_triplet_hyperkernel_and_losses_by_hand():
+    y = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    t = torch.tensor([[0, 1, 2]])
+    sij, sik = 1 / (1 + 1.0), 1 / (1 + 4.0)
+    kappa = sij / (sij + sik)
+    assert lb.triplet_hyperkernel(y, t).item() == pytest.approx(kappa)
+    assert lb.triplet_loss(y, t, kind="trimap").item() == pytest.approx(1 - kappa)
+    assert lb.triplet_loss(y, t, kind="ste").item() == pytest.approx(-np.log(kappa))
+    assert lb.triplet_loss(y, t, kind="hinge").item() == pytest.approx(0.0)
+    assert lb.triplet_loss(y, torch.tensor([[0, 2, 1]]), kind="hinge").item() == pytest.approx(4.0)
+    assert lb.triplet_loss(y, t, weights=[2.0], kind="trimap").item() == pytest.approx(2 * (1 - kappa))
+
+
+def test_triplet_hyperkernel_is_two_point_local_mean_weight():
+    # kappa is the weight of j in the Student-t local mean at y_i over the candidates {j, k}
+    g = torch.Generator().manual_seed(4)
+    y = torch.randn(10, 2, generator=g)
+    t = torch.tensor([[0, 3, 7], [5, 1, 2]])
+    for (i, j, k), kap in zip(t.tolist(), lb.triplet_hyperkernel(y, t)):
+        s = 1 / (1 + torch.cdist(y[i:i + 1], y[[j, k]])[0] ** 2)
+        assert kap.item() == pytest.approx((s / s.sum())[0].item())
+
+
+def test_trimap_triplets_are_ordered_and_weighted():
+    from sklearn.datasets import load_digits
+
+    X = torch.as_tensor(load_digits().data[:200] / 16.0)
+    trip, w = lb.trimap_triplets(X, n_inliers=5, n_outliers=3, n_random=2, seed=0)
+    assert trip.shape[1] == 3 and w.shape == (trip.shape[0],) and bool((w >= 0).all())
+    d = torch.cdist(X, X)
+    assert bool((d[trip[:, 0], trip[:, 1]] <= d[trip[:, 0], trip[:, 2]] + 1e-9).mean(dtype=torch.float64) > 0.9)
+    assert not bool((trip[:, 0] == trip[:, 1]).any() or (trip[:, 0] == trip[:, 2]).any())
+
+
+def test_triplet_embedding_is_trustworthy():
+    # the trimap package is not installed here: compare with PCA through sklearn's trustworthiness
+    from sklearn.datasets import load_digits
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import trustworthiness
+
+    X = load_digits().data[:300] / 16.0
+    Y = lb.triplet_embedding(X, n_iter=150, seed=0)
+    assert Y.shape == (300, 2) and torch.isfinite(Y).all()
+    t_ours = trustworthiness(X, Y.numpy(), n_neighbors=10)
+    t_pca = trustworthiness(X, PCA(2).fit_transform(X), n_neighbors=10)
+    assert t_ours > t_pca + 0.05
+
+
+def test_ordinal_embedding_recovers_points_from_comparisons():
+    from scipy.spatial import procrustes
+
+    g = torch.Generator().manual_seed(5)
+    X = torch.rand(30, 2, generator=g)
+    idx = torch.randint(0, 30, (4000, 3), generator=g)
+    idx = idx[(idx[:, 0] != idx[:, 1]) & (idx[:, 0] != idx[:, 2]) & (idx[:, 1] != idx[:, 2])]
+    d = torch.cdist(X, X)
+    closer = d[idx[:, 0], idx[:, 1]] < d[idx[:, 0], idx[:, 2]]
+    trip = torch.where(closer[:, None], idx, idx[:, [0, 2, 1]])
+    Y = lb.ordinal_embedding(trip, 30, 2, kind="ste", n_iter=300, lr=0.05)
+    assert lb.triplet_accuracy(Y, trip) > 0.95
+    assert procrustes(X.numpy(), Y.numpy())[2] < 0.05
+
+
+# --- bad inputs -------------------------------------------------------------------------------------
+def test_bad_inputs():
+    X = _swiss(50)
+    with pytest.raises(ValueError, match="n_neighbors"):
+        lb.lle_weights(X, n_neighbors=50)
+    with pytest.raises(TypeError, match="n_neighbors"):
+        lb.lle_weights(X, n_neighbors=2.5)
+    with pytest.raises(ValueError, match="reg"):
+        lb.lle_weights(X, reg=-1.0)
+    with pytest.raises(ValueError, match="x"):
+        lb.lle_weights(np.full((10, 3), np.nan))
+    with pytest.raises(ValueError, match="n_components"):
+        lb.locally_linear_embedding(X, n_components=0)
+    with pytest.raises(ValueError, match="square"):
+        lb.asymmetric_mds(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="bandwidth"):
+        lb.asymmetric_mds(np.ones((3, 3)), bandwidth=0.0)
+    with pytest.raises(ValueError, match="dissimilarity"):
+        lb.asymmetric_mds(np.full((3, 3), np.inf))
+    y = torch.zeros(4, 2)
+    with pytest.raises(ValueError, match="triplets"):
+        lb.triplet_loss(y, [[0, 1]])
+    with pytest.raises(ValueError, match="triplets"):
+        lb.triplet_loss(y, [[0, 1, 9]])
+    with pytest.raises(TypeError, match="triplets"):
+        lb.triplet_loss(y, [[0.0, 1.0, 2.0]])
+    with pytest.raises(ValueError, match="kind"):
+        lb.triplet_loss(y, [[0, 1, 2]], kind="svm")
+    with pytest.raises(ValueError, match="weights"):
+        lb.triplet_loss(y, [[0, 1, 2]], weights=[1.0, 2.0])
+    with pytest.raises(ValueError, match="n_points"):
+        lb.ordinal_embedding([[0, 1, 2]], n_points=2)
