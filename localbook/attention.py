@@ -107,11 +107,14 @@ class TemporalKernel:
         dtype = dtype or torch.get_default_dtype()
         tq = torch.arange(t_q, device=device) if isinstance(t_q, int) else t_q.to(device)
         tk = torch.arange(t_k, device=device) if isinstance(t_k, int) else t_k.to(device)
-        lag = tq[:, None] - tk[None, :]  # t − s
-        out = torch.zeros(lag.shape, dtype=dtype, device=device)
-        keep = torch.ones(lag.shape, dtype=torch.bool, device=device)
+        tq, tk = tq.to(torch.int32), tk.to(torch.int32)  # int32 lags: half the memory of int64
+        shape = (tq.shape[0], tk.shape[0])
+        out = torch.zeros(shape, dtype=dtype, device=device)
+        keep = torch.ones(shape, dtype=torch.bool, device=device)
         if self.causal:
-            keep &= lag >= 0
+            keep &= tq[:, None] >= tk[None, :]
+        if self.window is not None or self.decay is not None:
+            lag = tq[:, None] - tk[None, :]  # t − s
         if self.window is not None:
             keep &= lag.abs() < self.window
         if self.decay is not None:
@@ -145,14 +148,21 @@ def temporal_kernel(T: int, causal: bool = False, window: Optional[int] = None, 
 
 
 # --- the local mean ----------------------------------------------------------------------------
+def _check_finite(t: torch.Tensor, name: str) -> None:
+    """Reject NaN/inf: one cheap reduction, and the exact check only when the sum is not finite."""
+    if t.numel():
+        with torch.no_grad():
+            ok = bool(torch.isfinite(t.sum()))
+        if not ok:  # a NaN/inf entry, or a sum that overflowed: let as_tensor decide and name it
+            as_tensor(t, name)
+
+
 def _check_qkv(q, k, v):
-    if not isinstance(q, torch.Tensor):
-        q = as_tensor(q, "q")
-    elif not q.is_floating_point():
-        q = q.to(torch.get_default_dtype())
-    q = as_tensor(q, "q")
-    k = as_tensor(k, "k", like=q)
-    v = as_tensor(v, "v", like=q)
+    q = as_tensor(q, "q", finite=False)
+    k = as_tensor(k, "k", like=q, finite=False)
+    v = as_tensor(v, "v", like=q, finite=False)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_finite(t, name)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
             raise ValueError(f"{name} must have shape (..., T, d) with at least 2 dimensions, got shape {tuple(t.shape)}")
@@ -213,6 +223,18 @@ def _chunk_log(tl, sl: slice, Tk: int, like: torch.Tensor):
     return tl if tl.shape[-2] == 1 else tl[..., sl, :]
 
 
+def _empty_rows(tl, Tq: int, Tk: int, device):
+    """Which queries have every key masked, in O(T) for a :class:`TemporalKernel` (None: none can be)."""
+    if isinstance(tl, torch.Tensor):
+        return torch.isneginf(tl).all(dim=-1)
+    if tl.window is None:
+        return None  # causal (top-left) rows always keep key 0; decay never masks
+    t = torch.arange(Tq, device=device)
+    lo = (t - tl.window + 1).clamp(min=0)
+    hi = (t if tl.causal else t + tl.window - 1).clamp(max=Tk - 1)
+    return lo > hi
+
+
 def _resolve_weights(weights) -> Callable:
     if callable(weights):
         return weights
@@ -239,9 +261,8 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
 
     # empty neighbourhoods (every key masked for some query) → NaN rows, one warning
     empty = None
-    if isinstance(tl, torch.Tensor) or (isinstance(tl, TemporalKernel) and (tl.window is not None) and not tl.trivial):
-        full = tl if isinstance(tl, torch.Tensor) else tl.log_matrix(Tq, Tk, dtype=q.dtype, device=q.device)
-        empty_rows = torch.isneginf(full).all(dim=-1)
+    empty_rows = _empty_rows(tl, Tq, Tk, q.device)
+    if empty_rows is not None:
         if bool(empty_rows.any()):
             empty = empty_rows
             warnings.warn(
@@ -261,7 +282,8 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
         return out
 
     fn = _resolve_weights(weights)
-    width = max(1, math.prod(batch)) * (2 if return_weights else 1)
+    nontrivial = not (isinstance(tl, TemporalKernel) and tl.trivial)
+    width = max(1, math.prod(batch)) * (2 if return_weights else 1) * (2 if nontrivial else 1)
     rows = chunk_rows(Tq, Tk, width, q.element_size(), budget)
     outs, ws = [], []
     for sl in iter_chunks(Tq, rows):

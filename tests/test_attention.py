@@ -362,3 +362,24 @@ def test_bad_inputs_are_rejected_clearly():
         A.CharTokenizer(123)
     with pytest.raises(ValueError, match="labels must name"):
         A.attention_graph(torch.eye(3), ["a", "b"])
+
+
+def test_finite_check_is_exact_when_the_sum_overflows():
+    big = torch.full((2, 3), 1e308)
+    A._check_finite(big, "q")  # every entry finite: accepted although the sum is inf
+    with pytest.raises(ValueError, match="v contains 1 NaN"):
+        A._check_finite(torch.tensor([[1.0, math.nan]]), "v")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_past_the_keys_gives_empty_rows(causal):
+    q, k, v = _qkv(shape_b=(), Tq=9, Tk=3)
+    tk = A.TemporalKernel(causal=causal, window=2)
+    expected = torch.isneginf(tk.log_matrix(9, 3)).all(-1)
+    assert bool(expected.any())
+    for fused in (True, False):
+        with pytest.warns(UserWarning, match=f"{int(expected.sum())} query row"):
+            out = A.local_mean_attention(q, k, v, temporal=tk, fused=fused)
+        assert torch.equal(torch.isnan(out).all(-1), expected)
+        ref = _explicit_local_mean(q, k, v, tk.log_matrix(9, 3))
+        torch.testing.assert_close(out[~expected], ref[~expected], atol=1e-10, rtol=1e-10)
