@@ -69,8 +69,25 @@ __all__ = [
 # min-norm interpolation, stability, feature alignment
 # ----------------------------------------------------------------------------------------------
 
+def _finite_2d(value, name: str, like: Optional[torch.Tensor] = None, ndim=(2,)) -> torch.Tensor:
+    """``as_tensor`` with the NaN/inf check done without a full-size temporary.
+
+    A feature matrix can be most of the memory in use; ``torch.isfinite`` on all of it at once
+    would briefly need more than its own size. One reduction (a non-finite entry makes the sum
+    non-finite) settles the common case; otherwise the count goes row chunk by row chunk.
+    """
+    t = as_tensor(value, name, like=like, ndim=ndim, finite=False)
+    if t.numel() and not bool(torch.isfinite(t.sum())):
+        t2 = t.reshape(t.shape[0], -1) if t.ndim > 1 else t[:, None]
+        rows = chunk_rows(t2.shape[0], t2.shape[1], 1, t2.element_size(), MEMORY_BUDGET)
+        bad = sum(int((~torch.isfinite(t2[sl])).sum()) for sl in iter_chunks(t2.shape[0], rows))
+        if bad:
+            raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+    return t
+
+
 def _check_features(Phi) -> torch.Tensor:
-    Phi = as_tensor(Phi, "Phi", ndim=(2,))
+    Phi = _finite_2d(Phi, "Phi")
     n, p = Phi.shape
     if n > p:
         raise ValueError(
@@ -135,7 +152,7 @@ def min_norm_fit(Phi, G, theta0=None) -> torch.Tensor:
 
 
 def _check_query_features(phi_z, Phi: torch.Tensor):
-    q = as_tensor(phi_z, "phi_z", like=Phi, ndim=(1, 2))
+    q = _finite_2d(phi_z, "phi_z", like=Phi, ndim=(1, 2))
     single = q.ndim == 1
     if single:
         q = q[None, :]
@@ -175,7 +192,7 @@ def feature_alignment(Phi, i, phi_z) -> torch.Tensor:
     cols, one = _index_or_all(i, Phi.shape[0])
     q, single = _check_query_features(phi_z, Phi)
     L = _cholesky(Phi)
-    A = torch.cholesky_inverse(L)
+    A = torch.cholesky_solve(torch.eye(L.shape[0], dtype=L.dtype, device=L.device), L)  # K⁻¹
     F = _alignment_columns(Phi, A, q, cols)
     F = F[:, 0] if one else F
     return F[0] if single else F
@@ -199,7 +216,7 @@ def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
         raise ValueError(f"G must be a vector of N = {n} targets, got shape {tuple(r.shape)}")
     q, single = _check_query_features(phi_z, Phi)
     L = _cholesky(Phi)
-    A = torch.cholesky_inverse(L)
+    A = torch.cholesky_solve(torch.eye(L.shape[0], dtype=L.dtype, device=L.device), L)  # K⁻¹
     self_stab = (A @ r)[:, 0] / torch.diagonal(A)  # S_{z_j}(z_j) for every j, (N,)
     S = _alignment_columns(Phi, A, q, cols) * self_stab[cols]
     S = S[:, 0] if one else S
