@@ -84,6 +84,19 @@ def kernel_profile(u, kernel: str = "gaussian") -> torch.Tensor:
     return get_kernel(kernel)(u * u)
 
 
+def _augment_data(x: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+    """``[−2b, 1, |b|²]`` with ``b = (x − center)/h``: the data side of the fused distance product."""
+    b = (x - center) / h
+    return torch.cat([-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1)
+
+
+def _sq_dist_augmented(xq: torch.Tensor, bb: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+    a = (xq - center) / h
+    # |a|² + |b|² − 2a·b as one matrix product: [a, |a|², 1] · [−2b, 1, |b|²]ᵀ
+    aa = torch.cat([a, (a * a).sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1)
+    return (aa @ bb.T).clamp_(min=0.0)
+
+
 def scaled_sq_dist(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, center: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``u2[a, i] = |(xq[a] - x[i]) / h|²`` via one matrix product, ``(m, n)``.
 
@@ -92,12 +105,7 @@ def scaled_sq_dist(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, center: O
     """
     if center is None:
         center = x.mean(0)
-    a = (xq - center) / h
-    b = (x - center) / h
-    # |a|² + |b|² − 2a·b as one fused matrix product: [a, |a|², 1] · [−2b, 1, |b|²]ᵀ
-    aa = torch.cat([a, (a * a).sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1)
-    bb = torch.cat([-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1)
-    return (aa @ bb.T).clamp_(min=0.0)
+    return _sq_dist_augmented(xq, _augment_data(x, h, center), h, center)
 
 
 def kernel_matrix(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
@@ -149,8 +157,9 @@ def local_average(
     floor = math.log(torch.finfo(x.dtype).tiny) + 1.0
     log_sum = torch.empty(m, dtype=x.dtype, device=x.device)
     mean = None if values is None else torch.empty(m, k, dtype=x.dtype, device=x.device)
+    bb = _augment_data(x, h, center)  # once, not per chunk: (n, d + 2)
     for sl in iter_chunks(m, rows):
-        lw = log_weights(xq[sl], x, h, kern, center)
+        lw = kern.log_profile(_sq_dist_augmented(xq[sl], bb, h, center))
         top = lw.amax(dim=1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         lw.sub_(top)
