@@ -26,7 +26,6 @@ weights as a token graph.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import warnings
 from dataclasses import dataclass, field

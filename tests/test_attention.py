@@ -1,6 +1,5 @@
 """localbook.attention against PyTorch's SDPA, nn.MultiheadAttention, an explicit local mean, and properties."""
 import math
-import warnings
 
 import pytest
 import torch
@@ -311,7 +310,7 @@ def test_attention_graph_and_word_groups():
     assert bool((G.edge_weights >= 0.05).all())
     assert bool((G.edges[:, 0] >= G.edges[:, 1]).all())  # causal: edges point to the past
     assert bool((G.edges[:, 0] != G.edges[:, 1]).all())
-    nx = pytest.importorskip("networkx")
+    pytest.importorskip("networkx")
     assert G.to_networkx().number_of_edges() == G.edges.shape[0]
     import matplotlib
 
