@@ -211,7 +211,22 @@ def image_local_mean(Xq, X_ref, Z_ref, n_neighbors: int = 10, kernel: str = "gau
     a pair), weighted by :math:`w_{ij} = K(d_{ij}/h_i)` with ``h_i`` the distance to the
     ``n_neighbors``-th neighbour. A query sharing no observed pixel with any reference image gets NaN.
     """
+    X_ref = _check_missing_data(X_ref, "X_ref")
+    Xq = _check_missing_data(Xq, "Xq", like=X_ref)
+    Z_ref = as_tensor(Z_ref, "Z_ref", like=X_ref, ndim=(2,), finite=False)
+    if Xq.shape[1] != X_ref.shape[1] or Z_ref.shape != X_ref.shape:
+        raise ValueError(f"Xq {tuple(Xq.shape)}, X_ref {tuple(X_ref.shape)} and Z_ref {tuple(Z_ref.shape)} must "
+                         "have the same number of features, and Z_ref the shape of X_ref")
+    n_neighbors = check_positive_int(n_neighbors, "n_neighbors")
     kern = get_kernel(kernel)
+    if exclude is not None:
+        exclude = torch.as_tensor(exclude, dtype=torch.bool, device=X_ref.device)
+        if exclude.shape != (Xq.shape[0], X_ref.shape[0]):
+            raise ValueError(f"exclude must have shape {(Xq.shape[0], X_ref.shape[0])}, got {tuple(exclude.shape)}")
+    return _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude)
+
+
+def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude):
     w, idx = _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude)
     out = torch.empty(Xq.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device)
     rows = chunk_rows(Xq.shape[0], Z_ref.shape[1], idx.shape[1], Z_ref.element_size(), MEMORY_BUDGET)
@@ -309,7 +324,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
             raise ValueError("X has no observed value at all; nothing to impute from")
         counts = observed.sum(0)
         self.X_ref_ = X
-        self.Z_ref_ = X if self.layers == "image" else self._layer1(X)[0]
+        self.Z_ref_, self._mass_ref = (X, None) if self.layers == "image" else self._layer1(X)
         self.feature_mean_ = torch.where(counts > 0, torch.nan_to_num(X, nan=0.0).sum(0) / counts.clamp(min=1),
                                          torch.full_like(X[0], math.nan))
         if bool((counts == 0).all()) or bool(torch.isnan(self.feature_mean_).all()):
@@ -319,8 +334,16 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         self.n_features_in_ = X.shape[1]
         return self
 
+    def fit_transform(self, X, y=None):
+        """``fit(X).transform(X)``, reusing the layer-1 pass of ``fit``."""
+        self.fit(X)
+        return self._transform(X, same_as_fit=True)
+
     def transform(self, X):
         """Impute ``X (m, P)``: observed entries unchanged, missing ones from the two layers."""
+        return self._transform(X)
+
+    def _transform(self, X, same_as_fit: bool = False):
         if not hasattr(self, "X_ref_"):
             raise RuntimeError("this LocalMeanImputer is not fitted yet; call fit(X) first")
         is_numpy = not isinstance(X, torch.Tensor)
@@ -337,12 +360,12 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
                 same = _identical_rows(Xm, self.X_ref_)
                 Z = _observed_mean(Xm, self.X_ref_, self.n_neighbors, kern, same)
             else:
-                z, mass = self._layer1(Xm)
+                z, mass = (self.Z_ref_[rows], self._mass_ref[rows]) if same_as_fit else self._layer1(Xm)
                 if self.layers == "pixel":
                     Z = z
                 else:
                     same = _identical_rows(Xm, self.X_ref_)
-                    zhat = image_local_mean(Xm, self.X_ref_, self.Z_ref_, self.n_neighbors, kern, same)
+                    zhat = _image_local_mean(Xm, self.Z_ref_, self.X_ref_, self.n_neighbors, kern, same)
                     Z = _combine(z, mass, zhat, self.image_weight)
             Z = torch.where(torch.isnan(Z), self.feature_mean_.expand_as(Z), Z)
             out[rows] = torch.where(miss[rows], Z, Xm)
@@ -359,13 +382,27 @@ def _combine(z, mass, zhat, beta):
 
 
 def _identical_rows(Xq, X):
-    """``(m, n)`` bool: row ``i`` of ``Xq`` equals row ``j`` of ``X``, NaNs in the same places."""
-    fill = torch.finfo(X.dtype).max
-    a, b = torch.nan_to_num(Xq, nan=fill), torch.nan_to_num(X, nan=fill)
+    """``(m, n)`` bool: row ``i`` of ``Xq`` equals row ``j`` of ``X``, NaNs in the same places.
+
+    Candidates come from a random projection of (values, mask); each candidate pair is then
+    compared entry by entry, so the answer is exact.
+    """
+    g = torch.Generator(device="cpu").manual_seed(12345)
+    proj = torch.randn(2, X.shape[1], generator=g, dtype=torch.float64).to(device=X.device, dtype=X.dtype)
+
+    def code(A):
+        return torch.nan_to_num(A, nan=0.0) @ proj[0] + (~torch.isnan(A)).to(A.dtype) @ proj[1]
+
+    cq, cr = code(Xq), code(X)
+    tol = 1e-6 * (1.0 + cr.abs().max())
     same = torch.zeros(Xq.shape[0], X.shape[0], dtype=torch.bool, device=X.device)
-    rows = chunk_rows(Xq.shape[0], X.shape[0], X.shape[1], 1, MEMORY_BUDGET)
+    rows = chunk_rows(Xq.shape[0], X.shape[0], 1, X.element_size(), MEMORY_BUDGET)
     for sl in iter_chunks(Xq.shape[0], rows):
-        same[sl] = (a[sl, None, :] == b[None, :, :]).all(2)
+        a, b = torch.nonzero((cq[sl, None] - cr[None, :]).abs() <= tol, as_tuple=True)
+        if a.numel():
+            A, B = Xq[sl][a], X[b]
+            eq = ((A == B) | (torch.isnan(A) & torch.isnan(B))).all(1)
+            same[sl][a[eq], b[eq]] = True
     return same
 
 
