@@ -29,12 +29,11 @@ __all__ = ["stub_code", "strip_solution_markdown", "make_student_notebook", "bui
 
 STUB_BODY = ["# your code here", "raise NotImplementedError"]
 STUB_TAG = "student-stub"
+# plain Markdown (a blockquote), so it reads the same in Jupyter, Colab and the book
 NOTE = (
-    "```{note}\n"
-    "**Student version.** Solutions are removed: cells that say `# your code here` are yours to "
+    "> **Student version.** Solutions are removed: cells that say `# your code here` are yours to "
     "complete (replace `raise NotImplementedError`). Cells calling `lb.check` test your answer on "
-    "fresh random cases and print a hint when something is off.\n"
-    "```"
+    "fresh random cases and print a hint when something is off."
 )
 
 _FENCE_OPEN = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|:{3,})\s*\{(?P<name>solution(?:-start|-end)?)\}")
