@@ -31,8 +31,15 @@ from ._validate import check_bandwidth, check_choice, check_points, check_query
 
 __all__ = ["Kernel", "KERNELS", "get_kernel", "kernel_profile", "kernel_matrix", "scaled_sq_dist"]
 
-#: Default memory budget (bytes) for one chunk of pairwise work.
+#: Default memory budget (bytes) for one chunk of pairwise work on a GPU.
 MEMORY_BUDGET = 256 * 2**20
+#: On the CPU smaller chunks stay in cache: 16 MiB ran 4× faster than 256 MiB (n = 20,000).
+CPU_MEMORY_BUDGET = 16 * 2**20
+
+
+def default_budget(device) -> int:
+    """Bytes of temporaries per chunk: cache-sized on the CPU, larger on accelerators."""
+    return CPU_MEMORY_BUDGET if torch.device(device).type == "cpu" else MEMORY_BUDGET
 
 
 @dataclass(frozen=True)
@@ -116,8 +123,9 @@ def kernel_matrix(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tens
     return get_kernel(kernel)(scaled_sq_dist(xq, x, h))
 
 
-def chunk_rows(m: int, n: int, width: int = 1, itemsize: int = 8, budget: int = MEMORY_BUDGET) -> int:
+def chunk_rows(m: int, n: int, width: int = 1, itemsize: int = 8, budget: Optional[int] = None, device="cpu") -> int:
     """Rows per chunk so that about four ``(rows, n, width)`` temporaries fit in ``budget``."""
+    budget = default_budget(device) if budget is None else budget
     per_row = max(1, 4 * n * width * itemsize)
     return max(1, min(m, budget // per_row))
 
@@ -139,7 +147,7 @@ def local_average(
     h: torch.Tensor,
     kernel,
     *,
-    budget: int = MEMORY_BUDGET,
+    budget: Optional[int] = None,
     warn_empty: bool = True,
 ) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
     """The chunked local mean ``Σᵢ K(q, xᵢ) vᵢ / Σᵢ K(q, xᵢ)`` and ``log Σᵢ K(q, xᵢ)``.
@@ -153,22 +161,29 @@ def local_average(
     m, n = xq.shape[0], x.shape[0]
     k = 0 if values is None else values.shape[1]
     center = x.mean(0)
-    rows = chunk_rows(m, n, 1, x.element_size(), budget)
+    rows = chunk_rows(m, n, 1, x.element_size(), budget, x.device)
     floor = math.log(torch.finfo(x.dtype).tiny) + 1.0
     log_sum = torch.empty(m, dtype=x.dtype, device=x.device)
     mean = None if values is None else torch.empty(m, k, dtype=x.dtype, device=x.device)
+    tensors = (xq, x, h) if values is None else (xq, x, h, values)
+    # in-place exp saves a pass over memory, but autograd needs the out-of-place graph
+    differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     bb = _augment_data(x, h, center)  # once, not per chunk: (n, d + 2)
     for sl in iter_chunks(m, rows):
         lw = kern.log_profile(_sq_dist_augmented(xq[sl], bb, h, center))
         top = lw.amax(dim=1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        lw.sub_(top)
-        if not kern.compact:
-            # relative weights below the smallest normal float are < 1e-37 of the largest and do
-            # not change any sum; flooring them avoids exp's slow underflow/denormal path (10×)
-            lw.clamp_(min=floor)
-        # weights relative to the row's largest: exp in place, one pass (no separate logsumexp)
-        e = lw.exp_()
+        if differentiable:
+            lw = lw - top
+            e = torch.exp(lw if kern.compact else lw.clamp(min=floor))
+        else:
+            lw.sub_(top)
+            if not kern.compact:
+                # relative weights below the smallest normal float are < 1e-37 of the largest and
+                # do not change any sum; flooring them avoids exp's slow denormal path (10×)
+                lw.clamp_(min=floor)
+            # weights relative to the row's largest: exp in place, one pass (no separate logsumexp)
+            e = lw.exp_()
         s = e.sum(dim=1)
         log_sum[sl] = top[:, 0] + torch.log(s)  # an empty row has s = 0, log_sum = -inf
         if values is not None:

@@ -24,7 +24,7 @@ from ._validate import (
     check_query,
     check_targets,
 )
-from .kernels import MEMORY_BUDGET, chunk_rows, get_kernel, iter_chunks, local_average, log_weights, scaled_sq_dist
+from .kernels import chunk_rows, get_kernel, iter_chunks, local_average, log_weights, scaled_sq_dist
 
 __all__ = [
     "nadaraya_watson",
@@ -97,7 +97,7 @@ def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
 def _ll_chunks(xq, x, h, kernel, width: int):
     kern = get_kernel(kernel)
     center = x.mean(0)
-    rows = chunk_rows(xq.shape[0], x.shape[0], 2 * x.shape[1] + 2 + width, x.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 2 * x.shape[1] + 2 + width, x.element_size(), None, x.device)
     for sl in iter_chunks(xq.shape[0], rows):
         yield sl, _ll_weights(xq[sl], x, h, kern, center)
 
@@ -148,7 +148,7 @@ def _nearest(xq, x, n_neighbors):
     """Indices of the ``n_neighbors`` nearest points of ``x`` to each query, chunked."""
     one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
     center = x.mean(0)
-    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
     idx = torch.empty(xq.shape[0], n_neighbors, dtype=torch.long, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
         idx[sl] = torch.topk(scaled_sq_dist(xq[sl], x, one, center), n_neighbors, dim=1, largest=False).indices
@@ -199,7 +199,7 @@ def knn_bandwidth(x_query, x, n_neighbors: int = 10) -> torch.Tensor:
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
     one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
     center = x.mean(0)
-    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
     out = torch.empty(xq.shape[0], dtype=x.dtype, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
         d2 = torch.topk(scaled_sq_dist(xq[sl], x, one, center), k, dim=1, largest=False).values[:, -1]
@@ -227,7 +227,7 @@ def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str =
     hq = torch.clamp(hq, min=torch.finfo(x.dtype).tiny ** 0.25)
     one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
     center = x.mean(0)
-    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
         lw = kern.log_profile(scaled_sq_dist(xq[sl], x, one, center) / hq[sl, None] ** 2)

@@ -80,9 +80,8 @@ def test_small_chunks_give_same_answer(monkeypatch):
     import localbook.kernels as kern
     import localbook.local_mean as lm
 
+    monkeypatch.setattr(kern, "CPU_MEMORY_BUDGET", 4096)
     monkeypatch.setattr(kern, "MEMORY_BUDGET", 4096)
-    monkeypatch.setattr(lm, "MEMORY_BUDGET", 4096)
-    monkeypatch.setattr(kern.local_average, "__kwdefaults__", {"budget": 4096, "warn_empty": True})
     torch.testing.assert_close(lb.nadaraya_watson(q, x, y, 0.3), ref_nw)
     torch.testing.assert_close(lb.local_linear(q, x, y, 0.3), ref_ll)
 
