@@ -269,3 +269,13 @@ def test_knn_bandwidth_and_adaptive_nw_against_brute_force(device):
         lb.adaptive_nadaraya_watson(q, x, y, 6, scale=0)
     with pytest.raises(ValueError, match="n_neighbors must be between 1 and 120"):
         lb.knn_bandwidth(q, x, 0)
+
+
+def test_autograd_flows_through_the_local_mean():
+    """Gradients w.r.t. queries, data and responses (the in-place fast path is skipped then)."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(30, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(30, generator=g, dtype=torch.float64, requires_grad=True)
+    q = torch.randn(4, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q, x, y: lb.nadaraya_watson(q, x, y, 0.7), (q, x, y))
+    assert torch.autograd.gradcheck(lambda q, y: lb.local_linear(q, x.detach(), y, 0.9), (q, y))
