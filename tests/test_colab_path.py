@@ -125,4 +125,8 @@ def test_chapter_runs_the_colab_way(tmp_path, monkeypatch):
     site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
     assert list(site.glob("localbook-*.dist-info")), "the install cell did not install the wheel"
+    if any("interactive_figure" in c.source for c in nb.cells if c.cell_type == "code"):
+        # no LOCALBOOK_STATIC here, as on Colab: the widgets themselves are shown, not the static stand-in
+        mimes = {m for c in nb.cells if c.cell_type == "code" for o in c.outputs for m in o.get("data", {})}
+        assert "application/vnd.jupyter.widget-view+json" in mimes, "interactive figures did not show widgets"
     assert not list(site.glob("__editable__*"))
