@@ -295,3 +295,15 @@ def test_read_idx_rejects_bad_files(tmp_path):
     short.write_bytes(gzip.compress(b"\x00\x00\x08\x01" + (5).to_bytes(4, "big") + b"abc"))
     with pytest.raises(ValueError, match="header announces"):
         fm.read_idx(short)
+
+
+def test_image_local_mean_bad_inputs():
+    X = np.random.default_rng(0).random((5, 9))
+    with pytest.raises(ValueError, match="Z_ref"):
+        image_local_mean(X, X, X[:, :4])
+    with pytest.raises(ValueError, match="exclude"):
+        image_local_mean(X, X, X, exclude=np.zeros((5, 4), bool))
+    with pytest.raises(ValueError, match="n_neighbors"):
+        image_local_mean(X, X, X, n_neighbors=0)
+    with pytest.raises(ValueError, match="Xq"):
+        nan_sq_distances(X[:, :3], X)
