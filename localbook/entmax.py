@@ -15,25 +15,31 @@ threshold get *exact* zeros.
 
 How the threshold is found (and why this is faster than sorting every row in full)
 ----------------------------------------------------------------------------------
-Write :math:`X = (\alpha-1)(z - \max z)` (so :math:`\max X = 0` and :math:`\tau\in[-1, 0)`),
-:math:`d_i(\tau) = (X_i - \tau)_+` and :math:`r = 1/(\alpha-1)`. The threshold is the root of
+Write :math:`X = (\alpha-1)(z - \max z)` (so :math:`\max X = 0` and :math:`\tau\in[-1, 0)`) and
+:math:`r = 1/(\alpha-1)`. Only the entries above the threshold matter, and there are usually few.
 
-.. math::  g(\tau) = \Big(\sum_i d_i(\tau)^r\Big)^{1/r} - 1 = \|d(\tau)\|_r - 1 ,
+*Certified partial sort.* Solve the problem restricted to the :math:`k` largest scores
+(``torch.topk``), giving :math:`\tau_k`. Dropping non-negative terms can only lower the root, so
+:math:`\tau_k\le\tau^*`, with equality iff :math:`\tau_k\ge X_{(k+1)}` (the largest score left
+out gets zero weight). The top :math:`k` alone can test the slightly stronger
+:math:`\tau_k\ge X_{(k)}` (support size :math:`<k`): then :math:`\tau_k=\tau^*` exactly. Rows that fail the test have :math:`\mathrm{supp}(p)\subseteq
+\{i: X_i>\tau_k\}`; counting those entries gives a :math:`k` that is certainly large enough (rows
+are grouped by powers of two, so there are at most :math:`\log_2 n` partial sorts). The first
+:math:`k` comes from a few rows solved in full (a speed heuristic only: every row is certified).
+Sparsemax and 1.5-entmax finish with their exact sort-based formulas on the top :math:`k`.
 
-which for :math:`\alpha\le2` (:math:`r\ge1`) is a *convex* decreasing function of :math:`\tau`
-(a norm of non-negative convex functions). Newton's method started left of the root
-(:math:`\tau_0=-1`, where :math:`g\ge0`) therefore increases monotonically and never passes the
-root; for sparsemax it is exactly Michelot's support-finding iteration
-:math:`\tau\leftarrow(\sum_{X_i>\tau}X_i - 1)/|\{X_i>\tau\}|`. Every iterate :math:`\tau_t\le\tau^*`
-certifies :math:`\mathrm{supp}(p)\subseteq\{i: X_i>\tau_t\}`, so after two cheap passes the support
-size is bounded by a small :math:`k`, and only the top :math:`k` scores (``torch.topk``, a partial
-sort) are needed. On them sparsemax and 1.5-entmax use the exact sort-based formulas, and the
-result is certified: the threshold computed from the top :math:`k` sorted scores is valid iff the
-:math:`k`-th of them lies at or below it (support size :math:`<k`) or :math:`k=n`; rows that fail
-are redone with a larger :math:`k`. For general :math:`\alpha` the Newton iteration continues on
-the top :math:`k` scores (for :math:`\alpha>2`, where :math:`g` is no longer convex, it is
-safeguarded by a bracket and falls back to bisection). On a GPU, where a segmented full sort is
-cheap and host synchronisations are not, sparsemax and 1.5-entmax sort the rows in full.
+*General α.* On the top entries, Newton's method on
+
+.. math::  g(\tau) = \Big(\sum_i (X_i - \tau)_+^r\Big)^{1/r} - 1 = \|(X - \tau)_+\|_r - 1 ,
+
+which for :math:`\alpha\le2` (:math:`r\ge1`) is convex and decreasing (a norm of non-negative
+convex functions): started at :math:`\tau_0=-1` (where :math:`g\ge0`) it increases monotonically
+and never passes the root — for sparsemax it is Michelot's iteration
+:math:`\tau\leftarrow(\sum_{X_i>\tau}X_i - 1)/|\{X_i>\tau\}|`. For :math:`\alpha>2`, where
+:math:`g` is not convex, the step is kept inside a bracket with bisection as the fallback.
+
+On a GPU, where a segmented full sort is cheap and host synchronisations are not, sparsemax and
+1.5-entmax sort the rows in full.
 
 Backward pass (all three): with :math:`s_i = p_i^{2-\alpha}` on the support and 0 elsewhere,
 :math:`\partial L/\partial z = s\odot\big(g - (s^\top g)/\textstyle\sum_i s_i\big)`.
@@ -328,8 +334,8 @@ def sparsemax(z, dim: int = -1) -> torch.Tensor:
     r"""Sparsemax: the Euclidean projection of ``z`` onto the probability simplex along ``dim``.
 
     :math:`\mathrm{sparsemax}(z) = \arg\min_{p\in\Delta}\|p - z\|^2 = [z - \tau]_+` with
-    :math:`\sum_i [z_i-\tau]_+ = 1` (α-entmax with α = 2). Exact: Michelot's iteration bounds the
-    support, a partial sort (``topk``) of that size gives τ in closed form.
+    :math:`\sum_i [z_i-\tau]_+ = 1` (α-entmax with α = 2). Exact: τ in closed form from a partial
+    sort (``topk``) whose size is certified to contain the support (see the module notes).
 
     Shapes: ``z`` any shape ``(..., n, ...)``; the output has the same shape and sums to 1 along
     ``dim``. ``-inf`` entries (masks) get 0; rows of all ``-inf`` give NaN (zero gradient); NaN and
@@ -344,7 +350,7 @@ def entmax15(z, dim: int = -1) -> torch.Tensor:
     The maximizer of :math:`p^\top z + H^T_{1.5}(p)` over the simplex. On the ``k`` largest
     scores the threshold is :math:`\tau_k = \bar x_k - \sqrt{(1 - k\,\sigma_k^2)/k}` (mean and
     variance of the top ``k`` of :math:`x = z/2`), the support size is the largest ``k`` with
-    :math:`\tau_k \le x_{(k)}`; a partial sort of a Newton-certified size replaces the full sort.
+    :math:`\tau_k \le x_{(k)}`; a partial sort of certified size replaces the full sort.
 
     Shapes: as :func:`sparsemax`.
     """
@@ -356,7 +362,7 @@ def entmax_bisect(z, alpha: float = 1.5, dim: int = -1, n_iter: int = 50) -> tor
 
     τ is found by Newton's method on :math:`g(\tau) = \|((\alpha-1)z-\tau)_+\|_{1/(\alpha-1)} - 1`
     (monotone from the left for α ≤ 2; bracketed, with bisection as the fallback, for α > 2),
-    first over the whole row to bound the support, then over the top entries only. ``n_iter`` caps
+    over the top entries of each row only (a certified partial sort). ``n_iter`` caps
     the number of iterations (they stop earlier once τ is stable to a few ulps); the output is
     renormalized to sum to 1, as in the ``entmax`` package. ``alpha`` is a number (no gradient
     with respect to α).
