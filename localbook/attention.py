@@ -63,7 +63,7 @@ WEIGHTS = ("softmax", "sparsemax", "entmax15")
 
 
 # --- temporal kernels --------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TemporalKernel:
     r"""A temporal kernel :math:`\kappa(t, s)` on positions, in log form.
 

@@ -382,3 +382,16 @@ def test_window_past_the_keys_gives_empty_rows(causal):
         assert torch.equal(torch.isnan(out).all(-1), expected)
         ref = _explicit_local_mean(q, k, v, tk.log_matrix(9, 3))
         torch.testing.assert_close(out[~expected], ref[~expected], atol=1e-10, rtol=1e-10)
+
+
+def test_temporal_as_dict_and_sparse_layer_gradients():
+    q, k, v = _qkv()
+    torch.testing.assert_close(A.local_mean_attention(q, k, v, temporal={"window": 3, "decay": 0.2}, causal=True),
+                               A.local_mean_attention(q, k, v, temporal=A.TemporalKernel(True, 3, 0.2)))
+    pytest.importorskip("localbook.entmax")
+    torch.manual_seed(0)
+    m = A.LocalTransformer(11, d_model=16, n_heads=2, n_layers=1, context=12, weights="sparsemax")
+    idx = torch.randint(0, 11, (2, 12))
+    m(idx).sum().backward()
+    assert m.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    assert bool((m.attention_weights(idx)[0] == 0).any())
