@@ -19,6 +19,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1, like the single-threaded reference libraries)")
     return p
 
 
@@ -57,18 +59,22 @@ def best_time(fn, device: str = "cpu", repeat: int = 3, warmup: int = 1) -> floa
 
 
 def peak_rss_delta(code: str) -> float:
-    """Run ``code`` in a fresh Python process; return the growth of its peak RSS in MiB.
+    """Run ``code`` in a fresh Python process; return the extra peak RSS ``run`` needed, in MiB.
 
-    The snippet must define ``setup()`` (imports, data) and ``run()``; the peak resident set size is
-    read after ``setup`` and after ``run``, so the number is the extra memory ``run`` needed.
+    The snippet must define ``setup()`` (imports, data) and ``run(state)``. After ``setup`` the
+    kernel's high-water mark is reset (``/proc/self/clear_refs``), so the number is the peak
+    resident memory during ``run`` minus the resident memory before it.
     """
     prog = (
-        "import resource, json\n" + code + "\n"
-        "setup_out = setup()\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "run(setup_out)\n"
-        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "print(json.dumps((after - before) / 1024))\n"
+        "import json\n" + code + "\n"
+        "def _status(key):\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith(key): return int(line.split()[1])\n"
+        "state = setup()\n"
+        "open('/proc/self/clear_refs', 'w').write('5')\n"
+        "before = _status('VmRSS:')\n"
+        "run(state)\n"
+        "print(json.dumps((_status('VmHWM:') - before) / 1024))\n"
     )
     out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
     return float(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -45,7 +45,6 @@ def once(fn, device):
 
 def main():
     p = parser(__doc__)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (scikit-learn uses one core)")
     p.add_argument("--full", action="store_true", help="also n = 10,000 seeded from every point (slow in scikit-learn)")
     args = p.parse_args()
     dev = args.device
