@@ -201,15 +201,19 @@ def _nan_sq_dist(Xq, X):
 
 
 def image_local_mean(Xq, X_ref, Z_ref, n_neighbors: int = 10, kernel: str = "gaussian",
-                     exclude: Optional[torch.Tensor] = None) -> torch.Tensor:
-    r"""Layer 2: the local mean over similar images, :math:`\sum_j w_{ij} z_j / \sum_j w_{ij}`, ``(m, P)``.
+                     exclude: Optional[torch.Tensor] = None, imputed_weight: float = 1.0) -> torch.Tensor:
+    r"""Layer 2: the local mean over similar images, ``(m, P)``.
 
-    ``Xq (m, P)`` / ``X_ref (n, P)`` are the masked images (NaN = missing) that define the
-    distances :math:`d_{ij}` on commonly observed pixels (:func:`nan_sq_distances`); ``Z_ref
-    (n, P)`` holds the values averaged (the reference images' layer-1 outputs). The neighbourhood
-    of query ``i`` is its ``n_neighbors`` nearest reference images (``exclude[i, j] = True`` removes
-    a pair), weighted by :math:`w_{ij} = K(d_{ij}/h_i)` with ``h_i`` the distance to the
-    ``n_neighbors``-th neighbour. A query sharing no observed pixel with any reference image gets NaN.
+    :math:`\hat z_{ip} = \sum_j w_{ij} c_{jp} z_{jp} / \sum_j w_{ij} c_{jp}` with
+    :math:`c_{jp} = 1` where reference image ``j`` observes pixel ``p`` and
+    :math:`c_{jp} = \lambda` (``imputed_weight``, in ``(0, 1]``) where its value ``z_jp`` was
+    itself imputed. ``Xq (m, P)`` / ``X_ref (n, P)`` are the masked images (NaN = missing) that
+    define the distances :math:`d_{ij}` on commonly observed pixels (:func:`nan_sq_distances`);
+    ``Z_ref (n, P)`` holds the values averaged (the reference images' layer-1 outputs). The
+    neighbourhood of query ``i`` is its ``n_neighbors`` nearest reference images
+    (``exclude[i, j] = True`` removes a pair), weighted by :math:`w_{ij} = K(d_{ij}/h_i)` with
+    ``h_i`` the distance to the ``n_neighbors``-th neighbour. A query sharing no observed pixel with
+    any reference image gets NaN.
     """
     X_ref = _check_missing_data(X_ref, "X_ref")
     Xq = _check_missing_data(Xq, "Xq", like=X_ref)
@@ -218,20 +222,33 @@ def image_local_mean(Xq, X_ref, Z_ref, n_neighbors: int = 10, kernel: str = "gau
         raise ValueError(f"Xq {tuple(Xq.shape)}, X_ref {tuple(X_ref.shape)} and Z_ref {tuple(Z_ref.shape)} must "
                          "have the same number of features, and Z_ref the shape of X_ref")
     n_neighbors = check_positive_int(n_neighbors, "n_neighbors")
+    lam = _check_imputed_weight(imputed_weight)
     kern = get_kernel(kernel)
     if exclude is not None:
         exclude = torch.as_tensor(exclude, dtype=torch.bool, device=X_ref.device)
         if exclude.shape != (Xq.shape[0], X_ref.shape[0]):
             raise ValueError(f"exclude must have shape {(Xq.shape[0], X_ref.shape[0])}, got {tuple(exclude.shape)}")
-    return _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude)
+    return _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam)
 
 
-def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude):
+def _check_imputed_weight(value) -> float:
+    lam = check_positive_float(value, "imputed_weight")
+    if lam > 1:
+        raise ValueError(f"imputed_weight must be in (0, 1] (an imputed value counts at most as much as an observed one), got {lam}")
+    return lam
+
+
+def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam):
     w, idx = _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude)
+    w = torch.nan_to_num(w, nan=0.0)  # a query with no usable neighbour: all weights 0 → NaN below
     out = torch.empty(Xq.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device)
-    rows = chunk_rows(Xq.shape[0], Z_ref.shape[1], idx.shape[1], Z_ref.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(Xq.shape[0], Z_ref.shape[1], 3 * idx.shape[1], Z_ref.element_size(), MEMORY_BUDGET)
     for sl in iter_chunks(Xq.shape[0], rows):
-        out[sl] = torch.einsum("mk,mkp->mp", w[sl], Z_ref[idx[sl]])
+        observed = (~torch.isnan(X_ref[idx[sl]])).to(Z_ref.dtype)  # (r, k, P)
+        c = w[sl][..., None] * (lam + (1.0 - lam) * observed)
+        den = c.sum(1)
+        num = (c * Z_ref[idx[sl]]).sum(1)
+        out[sl] = torch.where(den > 0, num / den.clamp(min=torch.finfo(den.dtype).tiny), torch.full_like(den, math.nan))
     return out
 
 
@@ -266,9 +283,10 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
 
     1. *pixel level* (:func:`pixel_local_mean`): ``z_ip``, the local mean of the observed pixels
        of the same image around pixel ``p``, with kernel mass ``S_ip``;
-    2. *image level* (:func:`image_local_mean`): ``ẑ_ip = Σ_j w_ij Z_ref[j, p]``, the local mean of
-       the layer-1 images of the ``n_neighbors`` most similar reference images (similarity on the
-       pixels both observe).
+    2. *image level* (:func:`image_local_mean`): ``ẑ_ip = Σ_j w_ij c_jp Z_ref[j, p] / Σ_j w_ij c_jp``,
+       the local mean of the layer-1 images of the ``n_neighbors`` most similar reference images
+       (similarity on the pixels both observe), where a neighbour's value counts fully if it
+       observed the pixel (``c = 1``) and with weight ``c = λ = imputed_weight`` if it imputed it.
 
     The output for a missing pixel is one local mean over both sources,
     :math:`\hat x_{ip} = (S_{ip} z_{ip} + \beta\, \hat z_{ip}) / (S_{ip} + \beta)`, with
@@ -285,6 +303,8 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     pixel_bandwidth, pixel_kernel : the layer-1 kernel on pixel coordinates (bandwidth in pixels).
     n_neighbors, image_kernel : the layer-2 neighbourhood size and kernel.
     image_weight : ``β > 0``, the weight of the image level against the pixel level's kernel mass.
+    imputed_weight : ``λ ∈ (0, 1]``, how much a neighbour's layer-1 (imputed) value counts against
+        an observed one in layer 2.
 
     Inputs: numpy arrays give numpy arrays back; tensors give tensors on their device and dtype.
     A pixel neither layer can reach gets the mean of the observed reference values of that feature.
@@ -292,7 +312,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
 
     def __init__(self, image_shape=None, *, layers: str = "both", pixel_bandwidth: float = 0.7,
                  pixel_kernel: str = "gaussian", n_neighbors: int = 10, image_kernel: str = "gaussian",
-                 image_weight: float = 0.3):
+                 image_weight: float = 0.3, imputed_weight: float = 0.3):
         self.image_shape = image_shape
         self.layers = layers
         self.pixel_bandwidth = pixel_bandwidth
@@ -300,6 +320,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         self.n_neighbors = n_neighbors
         self.image_kernel = image_kernel
         self.image_weight = image_weight
+        self.imputed_weight = imputed_weight
 
     # parameters are validated at fit time, as scikit-learn estimators do
     def _check_params(self, n_features: int):
@@ -311,6 +332,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         check_positive_int(self.n_neighbors, "n_neighbors")
         get_kernel(self.image_kernel)
         check_positive_float(self.image_weight, "image_weight")
+        _check_imputed_weight(self.imputed_weight)
 
     def _layer1(self, X):
         return pixel_local_mean(X, self.image_shape, self.pixel_bandwidth, self.pixel_kernel, return_mass=True)
@@ -365,7 +387,8 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
                     Z = z
                 else:
                     same = _identical_rows(Xm, self.X_ref_)
-                    zhat = _image_local_mean(Xm, self.Z_ref_, self.X_ref_, self.n_neighbors, kern, same)
+                    zhat = _image_local_mean(Xm, self.Z_ref_, self.X_ref_, self.n_neighbors, kern, same,
+                                             float(self.imputed_weight))
                     Z = _combine(z, mass, zhat, self.image_weight)
             Z = torch.where(torch.isnan(Z), self.feature_mean_.expand_as(Z), Z)
             out[rows] = torch.where(miss[rows], Z, Xm)

@@ -82,6 +82,16 @@ def test_nan_sq_distances_matches_sklearn():
     np.testing.assert_array_equal(common.numpy(), (~np.isnan(A)).astype(int) @ (~np.isnan(B)).astype(int).T)
 
 
+def test_image_local_mean_prefers_observed_values():
+    # two neighbours at equal distance: one observed the pixel (value 1), one imputed it (value 0)
+    Xq = np.array([[0.5, 0.5, np.nan]])
+    X_ref = np.array([[0.5, 0.5, 1.0], [0.5, 0.5, np.nan]])
+    Z_ref = np.array([[0.5, 0.5, 1.0], [0.5, 0.5, 0.0]])
+    for lam in [1.0, 0.3, 0.01]:
+        out = image_local_mean(Xq, X_ref, Z_ref, n_neighbors=2, imputed_weight=lam).numpy()
+        assert out[0, 2] == pytest.approx(1.0 / (1.0 + lam))
+
+
 def test_image_local_mean_weights_sum_to_one():
     rng = np.random.default_rng(2)
     X = torch.as_tensor(rng.random((10, 16)))
@@ -183,6 +193,7 @@ def test_property_observed_kept_and_output_within_observed_range(seed, rate):
         ({"image_shape": (5, 5), "n_neighbors": 0}, np.zeros((3, 25)), "n_neighbors"),
         ({"image_shape": (5, 5), "pixel_bandwidth": -1.0}, np.zeros((3, 25)), "pixel_bandwidth"),
         ({"image_shape": (5, 5), "image_weight": 0.0}, np.zeros((3, 25)), "image_weight"),
+        ({"image_shape": (5, 5), "imputed_weight": 1.5}, np.zeros((3, 25)), "imputed_weight"),
         ({"image_shape": (5, 5), "pixel_kernel": "boxy"}, np.zeros((3, 25)), "kernel"),
         ({"image_shape": (5, 5)}, np.zeros(25), "X"),
         ({"image_shape": (5, 5)}, np.full((3, 25), np.inf), "X"),
