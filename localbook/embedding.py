@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from ._validate import as_tensor, check_choice, check_points, check_positive_float, check_positive_int
-from .kernels import MEMORY_BUDGET, chunk_rows, iter_chunks
+from .kernels import chunk_rows, iter_chunks
 from .local_mean import _nearest
 
 __all__ = [
@@ -61,7 +61,7 @@ def lle_weights(x, n_neighbors: int = 10, reg: float = 1e-3):
     reg = check_positive_float(reg, "reg", allow_zero=True)
     idx = _nearest(x, x, k + 1)[:, 1:]  # the nearest point is the point itself
     w = torch.empty(n, k, dtype=x.dtype, device=x.device)
-    rows = chunk_rows(n, k * (x.shape[1] + k), 1, x.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(n, k * (x.shape[1] + k), 1, x.element_size(), None, x.device)
     for sl in iter_chunks(n, rows):
         G = x[idx[sl]] - x[sl, None, :]  # (r, k, d)
         C = G @ G.transpose(1, 2)  # (r, k, k)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
-from .kernels import MEMORY_BUDGET, chunk_rows, get_kernel, iter_chunks, scaled_sq_dist
+from .kernels import chunk_rows, get_kernel, iter_chunks, scaled_sq_dist
 
 __all__ = [
     "pixel_positions",
@@ -155,7 +155,7 @@ def pixel_local_mean(X, image_shape, bandwidth: float = 1.0, kernel: str = "gaus
     tiny = torch.finfo(X.dtype).tiny / torch.finfo(X.dtype).eps
     redo = torch.nonzero((miss & (mass < tiny)).any(1)).flatten()
     P = X.shape[1]
-    rows = chunk_rows(redo.numel(), P, P, X.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(redo.numel(), P, P, X.element_size(), None, X.device)
     for sl in iter_chunks(redo.numel(), rows):
         idx = redo[sl]
         log_m = torch.log(M[idx])  # log of the observed mask (−inf where missing)
@@ -189,7 +189,7 @@ def _nan_sq_dist(Xq, X):
     P = X.shape[1]
     d2 = torch.empty(Xq.shape[0], X.shape[0], dtype=X.dtype, device=X.device)
     common = torch.empty_like(d2)
-    rows = chunk_rows(Xq.shape[0], X.shape[0], 1, X.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(Xq.shape[0], X.shape[0], 1, X.element_size(), None, X.device)
     Z2T = (Z * Z).T
     for sl in iter_chunks(Xq.shape[0], rows):
         zq = Zq[sl]
@@ -242,7 +242,7 @@ def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam):
     w, idx = _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude)
     w = torch.nan_to_num(w, nan=0.0)  # a query with no usable neighbour: all weights 0 → NaN below
     out = torch.empty(Xq.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device)
-    rows = chunk_rows(Xq.shape[0], Z_ref.shape[1], 3 * idx.shape[1], Z_ref.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(Xq.shape[0], Z_ref.shape[1], 3 * idx.shape[1], Z_ref.element_size(), None, Z_ref.device)
     for sl in iter_chunks(Xq.shape[0], rows):
         observed = (~torch.isnan(X_ref[idx[sl]])).to(Z_ref.dtype)  # (r, k, P)
         c = w[sl][..., None] * (lam + (1.0 - lam) * observed)
@@ -419,7 +419,7 @@ def _identical_rows(Xq, X):
     cq, cr = code(Xq), code(X)
     tol = 1e-6 * (1.0 + cr.abs().max())
     same = torch.zeros(Xq.shape[0], X.shape[0], dtype=torch.bool, device=X.device)
-    rows = chunk_rows(Xq.shape[0], X.shape[0], 1, X.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(Xq.shape[0], X.shape[0], 1, X.element_size(), None, X.device)
     for sl in iter_chunks(Xq.shape[0], rows):
         a, b = torch.nonzero((cq[sl, None] - cr[None, :]).abs() <= tol, as_tuple=True)
         if a.numel():
