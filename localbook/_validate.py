@@ -67,7 +67,9 @@ def as_tensor(
         raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape {tuple(t.shape)}")
     if not allow_empty and t.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one value is needed")
-    if finite and t.numel() and not bool(torch.isfinite(t).all()):
+    # a finite sum proves every entry finite (NaN and ±inf propagate) without a full boolean
+    # copy of a large array; only a non-finite sum (or overflow) needs the element-wise check
+    if finite and t.numel() and not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
     return t

@@ -91,16 +91,33 @@ def kernel_profile(u, kernel: str = "gaussian") -> torch.Tensor:
     return get_kernel(kernel)(u * u)
 
 
+def _overflow(name: str):
+    raise ValueError(
+        f"{name} / bandwidth is too large: squared scaled distances overflow the dtype "
+        "(rescale the data or use a larger bandwidth)"
+    )
+
+
+def data_center(x: torch.Tensor) -> torch.Tensor:
+    """Midrange of the data per dimension (cannot overflow, unlike a sum)."""
+    return 0.5 * x.amax(0) + 0.5 * x.amin(0)
+
+
 def _augment_data(x: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
     """``[−2b, 1, |b|²]`` with ``b = (x − center)/h``: the data side of the fused distance product."""
     b = (x - center) / h
-    return torch.cat([-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1)
+    bb = torch.cat([-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1)
+    if not bool(torch.isfinite(bb[:, -1]).all()):
+        _overflow("x")
+    return bb
 
 
 def _sq_dist_augmented(xq: torch.Tensor, bb: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
     a = (xq - center) / h
     # |a|² + |b|² − 2a·b as one matrix product: [a, |a|², 1] · [−2b, 1, |b|²]ᵀ
     aa = torch.cat([a, (a * a).sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1)
+    if not bool(torch.isfinite(aa[:, -2]).all()):
+        _overflow("x_query")
     return (aa @ bb.T).clamp_(min=0.0)
 
 
@@ -111,7 +128,7 @@ def scaled_sq_dist(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, center: O
     ``|a|² + |b|² − 2a·b`` at the scale of the spread of the data, not of its offset.
     """
     if center is None:
-        center = x.mean(0)
+        center = data_center(x)
     return _sq_dist_augmented(xq, _augment_data(x, h, center), h, center)
 
 
@@ -160,7 +177,7 @@ def local_average(
     kern = get_kernel(kernel)
     m, n = xq.shape[0], x.shape[0]
     k = 0 if values is None else values.shape[1]
-    center = x.mean(0)
+    center = data_center(x)
     rows = chunk_rows(m, n, 1, x.element_size(), budget, x.device)
     floor = math.log(torch.finfo(x.dtype).tiny) + 1.0
     log_sum = torch.empty(m, dtype=x.dtype, device=x.device)

@@ -24,7 +24,7 @@ from ._validate import (
     check_query,
     check_targets,
 )
-from .kernels import chunk_rows, get_kernel, iter_chunks, local_average, log_weights, scaled_sq_dist
+from .kernels import chunk_rows, data_center, get_kernel, iter_chunks, local_average, log_weights, scaled_sq_dist
 
 __all__ = [
     "nadaraya_watson",
@@ -96,7 +96,7 @@ def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
 
 def _ll_chunks(xq, x, h, kernel, width: int):
     kern = get_kernel(kernel)
-    center = x.mean(0)
+    center = data_center(x)
     rows = chunk_rows(xq.shape[0], x.shape[0], 2 * x.shape[1] + 2 + width, x.element_size(), None, x.device)
     for sl in iter_chunks(xq.shape[0], rows):
         yield sl, _ll_weights(xq[sl], x, h, kern, center)
@@ -147,7 +147,7 @@ def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.
 def _nearest(xq, x, n_neighbors):
     """Indices of the ``n_neighbors`` nearest points of ``x`` to each query, chunked."""
     one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
-    center = x.mean(0)
+    center = data_center(x)
     rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
     idx = torch.empty(xq.shape[0], n_neighbors, dtype=torch.long, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
@@ -198,7 +198,7 @@ def knn_bandwidth(x_query, x, n_neighbors: int = 10) -> torch.Tensor:
     xq = check_query(x_query, x)
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
     one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
-    center = x.mean(0)
+    center = data_center(x)
     rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
     out = torch.empty(xq.shape[0], dtype=x.dtype, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
@@ -226,7 +226,7 @@ def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str =
     # a query sitting on k coincident points has d_k = 0: give it the smallest positive width
     hq = torch.clamp(hq, min=torch.finfo(x.dtype).tiny ** 0.25)
     one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
-    center = x.mean(0)
+    center = data_center(x)
     rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):

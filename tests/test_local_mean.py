@@ -245,6 +245,8 @@ def test_equivalent_kernel_rows_sum_to_one(x, h):
         (lambda: lb.knn_classify([0.0], [0.0, 1.0], [0.5, 1.0], 1), TypeError, "labels must be integers"),
         (lambda: lb.loo_cv_score([0.0, 1.0], [1.0, 2.0], 1.0, method="lasso"), ValueError, "unknown method"),
         (lambda: lb.select_bandwidth([0.0, 1.0], [1.0, 2.0], [0.1, -1.0]), ValueError, "bandwidths must all be positive"),
+        (lambda: lb.nadaraya_watson([0.0], [1e308, 0.0], [1.0, 2.0], 1.0), ValueError, "x / bandwidth is too large"),
+        (lambda: lb.nadaraya_watson([1e300], [0.0, 1.0], [1.0, 2.0], 1e-10), ValueError, "x_query / bandwidth is too large"),
     ],
 )
 def test_bad_input_is_named(call, exc, match):
