@@ -20,7 +20,12 @@ def assemble():
         "Each section below was written by one run of the named script (`python benchmarks/bench_<name>.py`,",
         "or all of them with `make bench`), timing localbook against the reference library on the same",
         "machine in the same run; speed-ups are ratios of the best of several timings. Sections marked",
-        "`(cuda)` come from a run on a GPU machine and compare with the CPU reference where one exists.",
+        "`(cuda)` come from a run on a GPU machine (an NVIDIA H200 lent for a few minutes) and compare",
+        "with the CPU reference where one exists; `make bench` reruns the CPU sections only",
+        "(`python benchmarks/run_all.py --device cuda` the GPU ones).",
+        "",
+        "The targets set in the issues, and where each section stands against them, are stated in the",
+        "sections themselves; every number below was printed by the run that wrote its section.",
         "",
     ]
     body = [p.read_text().strip() + "\n" for p in parts]
