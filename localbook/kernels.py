@@ -112,13 +112,18 @@ def _augment_data(x: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> tor
     return bb
 
 
-def _sq_dist_augmented(xq: torch.Tensor, bb: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+def _augment_query(xq: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+    """``[a, |a|², 1]`` with ``a = (xq − center)/h``: the query side of the fused distance product."""
     a = (xq - center) / h
-    # |a|² + |b|² − 2a·b as one matrix product: [a, |a|², 1] · [−2b, 1, |b|²]ᵀ
     aa = torch.cat([a, (a * a).sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1)
     if not bool(torch.isfinite(aa[:, -2]).all()):
         _overflow("x_query")
-    return (aa @ bb.T).clamp_(min=0.0)
+    return aa
+
+
+def _sq_dist_augmented(xq: torch.Tensor, bb: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+    # |a|² + |b|² − 2a·b as one matrix product: [a, |a|², 1] · [−2b, 1, |b|²]ᵀ
+    return (_augment_query(xq, h, center) @ bb.T).clamp_(min=0.0)
 
 
 def scaled_sq_dist(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, center: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -186,8 +191,24 @@ def local_average(
     # in-place exp saves a pass over memory, but autograd needs the out-of-place graph
     differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     bb = _augment_data(x, h, center)  # once, not per chunk: (n, d + 2)
+    if not differentiable:
+        # one reused (rows, n) buffer: a fresh large tensor per chunk costs page faults; for the
+        # Gaussian the factor −1/2 is folded into the product, which then yields log K directly
+        gauss = kern.name == "gaussian"
+        bbT = ((-0.5 if gauss else 1.0) * bb).T.contiguous()
+        buf = torch.empty(min(rows, m), n, dtype=x.dtype, device=x.device)
     for sl in iter_chunks(m, rows):
-        lw = kern.log_profile(_sq_dist_augmented(xq[sl], bb, h, center))
+        if differentiable:
+            lw = kern.log_profile(_sq_dist_augmented(xq[sl], bb, h, center))
+        else:
+            lw = buf[: sl.stop - sl.start]
+            torch.mm(_augment_query(xq[sl], h, center), bbT, out=lw)
+            if gauss:
+                lw.clamp_(max=0.0)
+            elif kern.name == "laplacian":
+                lw.clamp_(min=0.0).sqrt_().neg_()
+            else:
+                lw = kern.log_profile(lw.clamp_(min=0.0))
         top = lw.amax(dim=1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         if differentiable:
