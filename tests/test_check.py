@@ -219,3 +219,52 @@ def test_never_prints_solution_code(capsys):
         for line in src.splitlines()[1:]:
             assert line.strip() not in out
     assert "def " not in out and "torch." not in out
+
+
+# --- chapter 3 (mean-shift step) and chapter 6 (sparsemax) -----------------------------------
+def step_right(q, x, h):
+    logw = -0.5 * ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1) / h**2
+    return torch.softmax(logw, dim=1) @ x
+
+
+def step_naive(q, x, h):  # overflows to 0/0 for a far query
+    w = torch.exp(-0.5 * ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1) / h**2)
+    return (w @ x) / w.sum(1, keepdim=True)
+
+
+def sparsemax_right(z):
+    zs = torch.sort(z, descending=True).values
+    k = torch.arange(1, len(z) + 1, dtype=z.dtype)
+    cs = zs.cumsum(0)
+    kk = int((1 + k * zs > cs).sum())
+    return torch.clamp(z - (cs[kk - 1] - 1) / kk, min=0)
+
+
+@pytest.mark.parametrize(
+    "check, answer, hint",
+    [
+        (lambda f: lb.check.ch03.mean_shift_step(f), step_right, None),
+        (lambda f: lb.check.ch03.mean_shift_step(f), step_naive, "subtract the largest exponent"),
+        (lambda f: lb.check.ch03.mean_shift_step(f), lambda q, x, h: step_right(q, x, h) - q, "you returned the shift"),
+        (lambda f: lb.check.ch03.mean_shift_step(f), lambda q, x, h: (step_right(q, x, h) - q) / h**2, "the score"),
+        (lambda f: lb.check.ch06.sparsemax(f), sparsemax_right, None),
+        (lambda f: lb.check.ch06.sparsemax(f), lambda z: torch.softmax(z, 0), "this is softmax"),
+        (lambda f: lb.check.ch06.sparsemax(f), lambda z: z - z.mean() + 1 / len(z), "clip at zero"),
+        (lambda f: lb.check.ch06.sparsemax(f), lambda z: torch.clamp(z - z.max() + 1, min=0), "sum to one"),
+    ],
+)
+def test_chapter_3_and_6_checks(check, answer, hint, capsys):
+    ok = check(answer)
+    out = capsys.readouterr().out
+    if hint is None:
+        assert ok is True and out.startswith("✓")
+    else:
+        assert ok is False and hint in out and "def " not in out
+
+
+def test_chapter_3_and_6_checks_in_strict_mode(monkeypatch):
+    monkeypatch.setenv("LOCALBOOK_CHECK_STRICT", "1")
+    with pytest.raises(AssertionError, match="mean_shift_step"):
+        lb.check.ch03.mean_shift_step(step_naive)
+    with pytest.raises(AssertionError, match="sparsemax"):
+        lb.check.ch06.sparsemax(lambda z: torch.softmax(z, 0))
