@@ -24,15 +24,19 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def machine(device: str) -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The processor's model name (from /proc/cpuinfo where there is one)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device: str) -> str:
+    cpu = cpu_model()
     desc = f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__}, Python {platform.python_version()}"
     if device == "cuda":
         desc += f", GPU {torch.cuda.get_device_name(0)}"

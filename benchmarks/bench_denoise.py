@@ -28,6 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_model  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 SIGMA = 1.0  # noise std per pixel: a few to a few dozen training points share the weight at n = 60,000
 
@@ -148,14 +151,7 @@ def run_method(method, n, m, d, device, repeat):
 def machine(device: str) -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     text = f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} ({torch.get_num_threads()} threads), " \
            f"numpy {np.__version__}, Python {platform.python_version()}"
     if device == "cuda":

@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_model  # noqa: E402
 
 # (name, scale of the randn scores): standard normal scores, and flatter ones (wider supports)
 INPUTS = [("randn", 1.0), ("0.1·randn (wide support)", 0.1)]
@@ -121,14 +123,7 @@ def _peak_cuda(f, z, g):
 
 
 def _machine(device) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     desc = f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads)"
     if device.type == "cuda":
         desc = f"{torch.cuda.get_device_name(device)}; host: {desc}"
