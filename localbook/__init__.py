@@ -15,6 +15,7 @@ from . import datasets, plotting, widgets  # noqa: F401
 # --- chapter modules: one line each, `from .module import *` -------------------------------
 from .denoise import *  # noqa: F401,F403
 from . import check  # noqa: F401  (self-checks for the exercises: lb.check.ch01, ...)
+from .notebook import glue  # noqa: F401  (run-dependent numbers in the prose)
 from .density import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .memorization import *  # noqa: F401,F403
