@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export LOCALBOOK_STATIC := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: book test unit nbval build-strict assignments bench clean install web-assets browser slow
+.PHONY: book test unit nbval build-strict assignments bench clean install web-assets browser slow data
 
 install: $(STAMP)
 
@@ -47,19 +47,25 @@ $(WEB_ASSETS): package.json package-lock.json
 	cp node_modules/requirejs/require.js web_assets/
 	cp node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js $@
 
+# The full Fashion-MNIST from Debian's packages (dataset-fashion-mnist, 30 MB, official data
+# recompressed), so chapters run offline; without apt-get, localbook's checked download serves.
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+data:
+	@test -f $(FMNIST) || ! command -v apt-get >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist; }
+
 # Headless Chromium from Debian's packages for the browser test (root, as in CI; idempotent).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
-book: $(STAMP) $(WEB_ASSETS)
+book: $(STAMP) $(WEB_ASSETS) data
 	$(check_cache)
 	$(VENV)/bin/jupyter-book build --all . -W -n --keep-going
 	@echo "Website built: open _build/html/index.html"
 
-unit: $(STAMP)
+unit: $(STAMP) data
 	$(PY) -m pytest tests -m "not slow" -n $(JOBS) -q
 
-nbval: $(STAMP)
+nbval: $(STAMP) data
 	$(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.

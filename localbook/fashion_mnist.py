@@ -1,11 +1,20 @@
-"""The full Fashion-MNIST (Xiao, Rasul & Vollgraf 2017), downloaded only when asked.
+"""The full Fashion-MNIST (Xiao, Rasul & Vollgraf 2017): found on disk, downloaded only when asked.
 
-The book builds offline from the 200 shipped test images (:func:`localbook.datasets.load_fashion_mnist_subset`).
-Where the full data set is wanted, :func:`load_fashion_mnist` fetches the official gzipped IDX
-files (Zalando Research, MIT license), checks each against its published md5, caches it, and
-decodes it. A download is written to a temporary file in the cache folder, verified, and only
-then renamed to its final name: a failed or corrupt download leaves no partial file behind.
-Nothing here touches the network at import time.
+:func:`load_fashion_mnist` looks for the official IDX files in this order:
+
+1. an explicit ``cache_dir`` (or ``$LOCALBOOK_DATA/fashion-mnist``);
+2. the system copy, ``/usr/share/datasets/fashion-mnist`` (Debian's ``dataset-fashion-mnist``,
+   which ``make book`` / ``make test`` install where ``apt-get`` exists);
+3. the user cache ``~/.cache/localbook/fashion-mnist``;
+4. only if ``download=True``: the official download, into the folder of step 1 or 3.
+
+Every file is verified before it is used. Debian recompresses the files, so their gzip bytes differ
+from Zalando's while the data are the same; a file is therefore accepted when its gzip md5 is the
+published one (:data:`FASHION_MNIST_MD5`) *or* the SHA-256 of its decompressed bytes is
+:data:`FASHION_MNIST_SHA256` (computed from the decompressed official data). A download is written
+to a temporary file, verified, and only then renamed: a failed or corrupt download leaves nothing.
+Nothing here touches the network at import time. The book's offline fallback is the 200 shipped
+test images (:func:`localbook.datasets.load_fashion_mnist_subset`), equal to test images 0-199.
 """
 from __future__ import annotations
 
@@ -21,8 +30,9 @@ import numpy as np
 
 from ._validate import check_choice
 
-__all__ = ["FASHION_MNIST_MD5", "FASHION_MNIST_MIRRORS", "fashion_mnist_dir", "fetch_fashion_mnist_file",
-           "read_idx", "load_fashion_mnist"]
+__all__ = ["FASHION_MNIST_MD5", "FASHION_MNIST_SHA256", "FASHION_MNIST_MIRRORS",
+           "FASHION_MNIST_SYSTEM_DIRS", "fashion_mnist_dir", "find_fashion_mnist_file",
+           "fetch_fashion_mnist_file", "read_idx", "load_fashion_mnist"]
 
 #: md5 checksums published by Zalando Research (github.com/zalandoresearch/fashion-mnist, README).
 FASHION_MNIST_MD5 = {
@@ -31,6 +41,19 @@ FASHION_MNIST_MD5 = {
     "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
     "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
 }
+
+#: SHA-256 of the *decompressed* official files (the IDX bytes), so that a recompressed copy with
+#: the same content (Debian's) verifies too. Computed from the decompressed data; the shipped 200
+#: test images equal test images 0-199 of it byte for byte.
+FASHION_MNIST_SHA256 = {
+    "train-images-idx3-ubyte.gz": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    "train-labels-idx1-ubyte.gz": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    "t10k-images-idx3-ubyte.gz": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    "t10k-labels-idx1-ubyte.gz": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+}
+
+#: Read-only system copies, searched after an explicit folder (Debian: ``dataset-fashion-mnist``).
+FASHION_MNIST_SYSTEM_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)
 
 #: Official locations, tried in order (the project's download site, then its GitHub repository).
 FASHION_MNIST_MIRRORS = (
@@ -62,27 +85,72 @@ def _md5_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _content_sha256(path: Path) -> str:
+    """SHA-256 of the decompressed bytes (of the raw bytes when the file is not gzipped)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+    opener = gzip.open if gzipped else open
+    try:
+        with opener(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except (OSError, EOFError):  # a truncated or corrupt gzip stream
+        return ""
+    return h.hexdigest()
+
+
+def _verified(path: Path, name: str) -> bool:
+    """True when ``path`` holds the official ``name``: published gzip md5 or content SHA-256."""
+    if _md5_file(path) == FASHION_MNIST_MD5[name]:
+        return True
+    expected = FASHION_MNIST_SHA256.get(name)
+    return expected is not None and _content_sha256(path) == expected
+
+
+def find_fashion_mnist_file(name: str, cache_dir=None):
+    """The first verified copy of ``name`` on disk, or ``None`` (search order: module docstring).
+
+    A corrupt copy in a writable cache is removed; a corrupt system copy is skipped.
+    """
+    name = check_choice(name, "name", list(FASHION_MNIST_MD5))
+    explicit = cache_dir is not None or bool(os.environ.get("LOCALBOOK_DATA"))
+    user_cache = Path.home() / ".cache" / "localbook" / "fashion-mnist"
+    folders = ([fashion_mnist_dir(cache_dir)] if explicit else []) + list(FASHION_MNIST_SYSTEM_DIRS)
+    folders += [] if explicit else [user_cache]
+    for folder in folders:
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        if _verified(path, name):
+            return path
+        if Path(folder) not in map(Path, FASHION_MNIST_SYSTEM_DIRS):
+            path.unlink()  # a corrupt cached file: fetch again
+    return None
+
+
 def fetch_fashion_mnist_file(name: str, cache_dir=None, *, download: bool = True,
                              mirrors: Sequence[str] = FASHION_MNIST_MIRRORS, timeout: float = 60.0) -> Path:
-    """Path of the verified, cached official file ``name`` (downloading it if needed and allowed).
+    """Path of a verified official file ``name``: found on disk, else downloaded (if allowed).
 
-    A cached file is re-verified against :data:`FASHION_MNIST_MD5`; a corrupt one is removed and
-    fetched again. A download goes to a temporary file in the cache folder, is verified, and is
+    Copies on disk are searched as :func:`find_fashion_mnist_file` does and verified (published
+    gzip md5 or decompressed SHA-256); a corrupt cached one is removed and fetched again. A download goes to a temporary file in the cache folder, is verified, and is
     renamed into place only when its md5 matches; otherwise the temporary file is deleted and a
     ``RuntimeError`` gives the expected and the received checksum. Network errors move on to the
     next mirror; when every mirror fails an ``OSError`` lists them.
     """
     name = check_choice(name, "name", list(FASHION_MNIST_MD5))
     expected = FASHION_MNIST_MD5[name]
+    found = find_fashion_mnist_file(name, cache_dir)
+    if found is not None:
+        return found
     folder = fashion_mnist_dir(cache_dir)
     final = folder / name
-    if final.exists():
-        if _md5_file(final) == expected:
-            return final
-        final.unlink()  # corrupt cache: fetch again
     if not download:
-        raise FileNotFoundError(f"{final} is not cached and download=False; call with download=True "
-                                "(needs a network) or copy the official file there")
+        searched = [str(folder)] + [str(d) for d in FASHION_MNIST_SYSTEM_DIRS]
+        raise FileNotFoundError(
+            f"{name} was not found (searched {', '.join(searched)}) and download=False; install "
+            "Debian's dataset-fashion-mnist, copy the official file there, or call with download=True")
     folder.mkdir(parents=True, exist_ok=True)
     errors = []
     for base in mirrors:
@@ -96,7 +164,7 @@ def fetch_fashion_mnist_file(name: str, cache_dir=None, *, download: bool = True
                         h.update(block)
                         out.write(block)
             got = h.hexdigest()
-            if got != expected:
+            if got != expected and _content_sha256(Path(tmp)) != FASHION_MNIST_SHA256.get(name):
                 raise RuntimeError(f"checksum mismatch for {name} from {url}: md5 {got}, expected {expected} "
                                    "(the published value); the download was discarded")
             os.replace(tmp, final)
@@ -135,8 +203,8 @@ def read_idx(path) -> np.ndarray:
 def load_fashion_mnist(split: str = "train", cache_dir=None, *, download: bool = True) -> Tuple[np.ndarray, np.ndarray]:
     """The full Fashion-MNIST ``split`` (``"train"``: 60,000 images, ``"test"``: 10,000).
 
-    Downloads the official files only when they are not cached (and ``download`` is true),
-    verifying their published md5. Returns ``images`` uint8 ``(n, 28, 28)`` and ``labels`` uint8
+    Uses a verified copy on disk (explicit folder, the system copy, the user cache) and downloads
+    the official files only when none is found and ``download`` is true. Returns ``images`` uint8 ``(n, 28, 28)`` and ``labels`` uint8
     ``(n,)``. Class names: :data:`localbook.datasets.FASHION_MNIST_CLASSES`.
     """
     split = check_choice(split, "split", list(_SPLITS))
