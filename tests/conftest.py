@@ -2,6 +2,13 @@ import os
 
 import pytest
 import torch
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (CI must not be flaky); set
+# HYPOTHESIS_PROFILE=explore to search with fresh random examples while developing.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 os.environ.setdefault("LOCALBOOK_STATIC", "1")
 import matplotlib

@@ -91,3 +91,33 @@ def test_citation_keys_exist():
         for group in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`", text):
             for key in group.split(","):
                 assert key.strip() in keys, f"{path.name} cites unknown key {key!r}"
+
+
+# --- the page column, the build sandbox, and glued numbers ------------------------------------
+MAX_CODE_LINE = 88
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_lines_fit_the_page_column(path):
+    nb = nbformat.read(path, as_version=4)
+    long = [(i, line) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for line in c.source.splitlines() if len(line) > MAX_CODE_LINE]
+    assert not long, f"{path.name}: {len(long)} code lines longer than {MAX_CODE_LINE}: {long[:3]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_notebook_writes_under_tmp(path):
+    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert not re.search(r"""["']/tmp\b""", code), f"{path.name}: use tempfile, not a fixed /tmp path"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_glued_name_in_the_prose_is_glued_by_the_code(path):
+    nb = nbformat.read(path, as_version=4)
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    used = {m.split(":")[0] for m in re.findall(r"\{glue(?::\w+)?\}`([^`]+)`", md)}
+    literal = set(re.findall(r"""glue\(\s*["']([^"']+)["']""", code))
+    prefixes = re.findall(r"""glue\(\s*f["']([^"'{]*)\{""", code)  # glue(f"name_{i}", ...)
+    missing = sorted(k for k in used if k not in literal and not any(k.startswith(p) for p in prefixes))
+    assert not missing, f"{path.name}: the prose shows glued names the code never glues: {missing}"
