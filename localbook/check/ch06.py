@@ -49,8 +49,8 @@ def sparsemax(fn: Callable, *, seed: Optional[int] = None) -> bool:
             raise Mismatch(msg + " (negative entries)", "clip at zero: p_i = max(z_i − τ, 0)")
         if abs(float(got.sum()) - 1) > 1e-6:
             raise Mismatch(msg + f" (sum {fmt(float(got.sum()))})",
-                           "τ must make the output sum to one: with the k largest scores in the support, "
-                           "τ = (Σ_{top k} z − 1)/k, for the largest k with z_(k) > τ")
+                           "τ must make the output sum to one: τ = (Σ_{j ≤ k} z_(j) − 1)/k, with k the "
+                           "support size, the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j)")
         raise Mismatch(msg, "the support is the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j) (scores sorted decreasingly)")
 
     return run_check("sparsemax", fn, cases, judge, "ties, one-hot and full-support cases")
