@@ -1,23 +1,45 @@
 r"""Imputing missing pixels with a two-layer local-mean autoencoder.
 
-Missing values are NaN. Layer 1 (*pixel level*) fills each missing pixel of an image with the
-local mean of the *observed* pixels of the same image, localized in pixel coordinates:
+Missing values are NaN; ``m_ip = 1`` where pixel ``p`` of image ``i`` is observed, ``r_p`` is
+the (row, column) position of pixel ``p`` and ``P`` the number of pixels.
 
-.. math::  z_{ip} = \frac{\sum_q K_h(r_p, r_q)\, m_{iq}\, x_{iq}}{\sum_q K_h(r_p, r_q)\, m_{iq}}
-           \quad (m_{ip} = 0), \qquad z_{ip} = x_{ip} \quad (m_{ip} = 1),
+Layer 1 (*pixel level*, :func:`pixel_local_mean`) fills each missing pixel with the local mean of
+the *observed* pixels of the same image, localized in pixel coordinates:
 
-with ``r_p`` the (row, column) position of pixel ``p`` and ``m`` the observed mask. Layer 2
-(*image level*) replaces each missing pixel by a local mean over similar images,
+.. math::  z_{ip} = \frac{\sum_{q \ne p} K_h(r_p, r_q)\, m_{iq}\, x_{iq}}{S_{ip}}, \qquad
+           S_{ip} = \sum_{q \ne p} K_h(r_p, r_q)\, m_{iq} \qquad (m_{ip} = 0),
 
-.. math::  \hat x_{ip} = \frac{\sum_{j} w_{ij}\, z_{jp}}{\sum_j w_{ij}}, \qquad
-           w_{ij} = K\!\left(\frac{d_{ij}}{h_i}\right), \qquad
+and ``z_ip = x_ip`` where ``m_ip = 1``; ``S_ip`` is the kernel mass of the observed pixels
+around ``p``.
+
+Layer 2 (*image level*, :func:`image_local_mean`) averages the layer-1 images of similar
+reference images:
+
+.. math::  \hat z_{ip} = \frac{\sum_{j \in N_i} w_{ij}\, c_{jp}\, z_{jp}}
+                              {\sum_{j \in N_i} w_{ij}\, c_{jp}}, \qquad
+           w_{ij} \propto k(d_{ij}/h_i), \qquad
            d_{ij}^2 = \frac{P}{|O_i \cap O_j|}\sum_{p \in O_i \cap O_j} (x_{ip} - x_{jp})^2,
 
 where ``O_i`` is the set of pixels image ``i`` observes (the distance is scikit-learn's
-``nan_euclidean``: similarity is computed only on the pixels both images observe), ``j`` runs
-over the ``n_neighbors`` nearest reference images plus the image itself (distance 0, so its own
-layer-1 estimate is one of the averaged values), and ``h_i`` is the distance to the
-``n_neighbors``-th neighbour. Observed pixels are never changed.
+``nan_euclidean``: similarity is computed only on the pixels both images observe; ``+inf``, and
+weight 0, for two images sharing no observed pixel), ``c_jp = 1`` where reference image ``j``
+observed pixel ``p`` and ``c_jp = λ`` (``imputed_weight``) where its value is a layer-1
+imputation, ``N_i`` holds the ``n_neighbors`` nearest reference images and ``h_i`` is the largest
+finite distance among them (the distance to the ``n_neighbors``-th neighbour).
+
+The image itself is **not** among its neighbours: :class:`LocalMeanImputer` leaves out of
+``N_i`` every reference row identical to the query (same values, NaNs in the same places). In
+``fit_transform(X)`` that removes image ``i`` itself (and any exact duplicate of it in ``X``),
+which is why ``fit_transform(X)`` equals ``fit(X).transform(X)``. The image's own pixels enter
+only through layer 1, in the final local mean over both sources,
+
+.. math::  \hat x_{ip} = \frac{S_{ip}\, z_{ip} + \beta\, \hat z_{ip}}{S_{ip} + \beta}
+           \qquad (\beta = \texttt{image\_weight}).
+
+With ``layers="pixel"`` the output is ``z``; with ``layers="image"`` layer 2 runs on the raw
+values instead, averaging only the neighbours that observed the pixel (``c_jp = 0`` otherwise).
+A pixel that no layer reaches gets the mean of the observed reference values of its feature.
+Observed pixels are never changed.
 """
 from __future__ import annotations
 

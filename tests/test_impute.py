@@ -160,6 +160,40 @@ def test_image_layer_alone_is_kernel_knn_on_observed_values():
     assert out[0, 3] == pytest.approx(3.1)
 
 
+def test_identical_rows_are_not_neighbours_but_equal_looking_rows_are():
+    # the module docstring: the query itself and exact copies of it (same values, same NaNs)
+    # are left out of its neighbourhood; a different row at distance 0 is not
+    Xm = np.array([[0.2, 0.4, np.nan, 0.8],
+                   [0.2, 0.4, np.nan, 0.8],   # exact copy of row 0
+                   [0.2, 0.4, 0.9, np.nan],   # distance 0 to row 0 on the shared pixels
+                   [0.7, 0.1, 0.3, 0.5]])
+    imp = LocalMeanImputer(layers="image", n_neighbors=1).fit(Xm)
+    out = imp.transform(Xm[:1])
+    assert out[0, 2] == pytest.approx(0.9)  # from row 2, not from row 0 or its copy
+    assert imp.fit_transform(Xm)[0, 2] == pytest.approx(0.9)
+    # with row 2 removed the nearest non-identical row is row 3
+    assert LocalMeanImputer(layers="image", n_neighbors=1).fit(Xm[[0, 1, 3]]).transform(
+        Xm[:1])[0, 2] == pytest.approx(0.3)
+
+
+def test_large_image_weight_gives_the_image_level_without_the_image_itself():
+    # β → ∞: the output tends to ẑ, the layer-2 mean over the other images (self excluded);
+    # |x̂ − ẑ| = S |z − ẑ| / (S + β) ≤ S/β for pixels in [0, 1]
+    X = _fashion(40)
+    Xm = _masked(X, missing_at_random_mask(X.shape, 0.5, seed=7))
+    beta = 1e8
+    out = LocalMeanImputer((28, 28), image_weight=beta).fit_transform(Xm)
+    z, S = pixel_local_mean(Xm, (28, 28), bandwidth=0.7, return_mass=True)
+    zhat = image_local_mean(Xm, Xm, z, n_neighbors=10, imputed_weight=0.3,
+                            exclude=np.eye(40, dtype=bool)).numpy()
+    miss = np.isnan(Xm)
+    bound = S.numpy() / beta + 784 * np.finfo(float).eps
+    assert np.all(np.abs(out - zhat)[miss] <= bound[miss])
+    # and the image itself would be a different neighbourhood: including it changes ẑ
+    zhat_self = image_local_mean(Xm, Xm, z, n_neighbors=10, imputed_weight=0.3).numpy()
+    assert np.abs(zhat_self - zhat)[miss].max() > 100 * bound[miss].max()
+
+
 def test_sklearn_api():
     from sklearn.base import clone
 
