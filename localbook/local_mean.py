@@ -131,8 +131,10 @@ def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.
     r"""The local-linear weights :math:`\ell_i(x^*)`, ``(m, n)``: ``local_linear = equivalent_kernel @ y``.
 
     Each row sums to one; entries can be negative (near a boundary, where the fitted line
-    extrapolates). In 1-D, :math:`\ell_i \propto K_i (S_2 - (x_i - x^*) S_1)` with
-    :math:`S_k = \sum_j K_j (x_j - x^*)^k`.
+    extrapolates). In 1-D, :math:`\ell_i \propto K_i (S_2 - (x_i - x^*) S_1)` with the local
+    moments :math:`S_j = \sum_l K_l (x_l - x^*)^j`: for :math:`K_i > 0` the weight is negative
+    exactly when :math:`(x_i - x^*) S_1 > S_2`, i.e. beyond :math:`x^* + S_2/S_1`, on the side
+    where the kernel mass lies (none is negative when :math:`S_1 = 0`).
     """
     x = check_points(x, "x")
     xq = check_query(x_query, x)
@@ -158,7 +160,10 @@ def _nearest(xq, x, n_neighbors):
 def knn_regress(x_query, x, y, n_neighbors: int = 5) -> torch.Tensor:
     r"""KNN regression as a local mean with the rank kernel :math:`K = 1[x_i \in N_k(q)]`.
 
-    ``ŷ(q) = (1/k) Σ_{i ∈ N_k(q)} yᵢ``. Shapes as :func:`nadaraya_watson`.
+    ``ŷ(q) = (1/k) Σ_{i ∈ N_k(q)} yᵢ``. Shapes as :func:`nadaraya_watson`. The rank kernel
+    depends on the data, so the leave-one-out shortcut of :func:`loo_cv_score` does not carry
+    over: at a data point :math:`(y_i - \hat y_i)/(1 - 1/k)` is the leave-one-out residual of
+    ``(k-1)``-NN; the ``k``-NN one is :math:`y_i - ((k+1)\hat y^{(k+1)}_i - y_i)/k`.
     """
     x = check_points(x, "x")
     xq = check_query(x_query, x)
@@ -237,7 +242,7 @@ def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str =
 
 
 def _smoother_diagonal(x, h, kernel, method):
-    """``(L_ii)`` and fitted values' weights for LOO: returns ``(yhat-function-ready weights diag)``."""
+    """The diagonal ``L_ii`` of the smoother matrix at the data points, ``(n,)``."""
     if method == "nw":
         _, lse = local_average(x, x, None, h, kernel, warn_empty=False)
         # log K(xᵢ, xᵢ) = log k(0) = 0 for every profile, so Lᵢᵢ = 1 / Σⱼ K(xᵢ, xⱼ)
@@ -251,8 +256,10 @@ def _smoother_diagonal(x, h, kernel, method):
 def loo_cv_score(x, y, bandwidth, kernel: str = "gaussian", method: str = "nw") -> float:
     r"""Leave-one-out mean squared error of a local mean, by the linear-smoother shortcut.
 
-    For a linear smoother :math:`\hat y = L y` whose rows sum to one,
+    For Nadaraya–Watson and local linear regression with a kernel fixed in advance,
     :math:`y_i - \hat y_{-i}(x_i) = (y_i - \hat y_i) / (1 - L_{ii})`, so no refit is needed.
+    (This is not true of every linear smoother: for KNN, whose rank kernel changes when a point
+    is removed, the same formula gives the leave-one-out residual of ``(k-1)``-NN.)
     ``method`` is ``"nw"`` (Nadaraya–Watson) or ``"ll"`` (local linear). Returns ``inf`` when a
     point is alone in its neighbourhood (``L_ii = 1``: its leave-one-out fit is undefined).
     """

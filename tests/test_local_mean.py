@@ -10,8 +10,6 @@ from hypothesis.extra.numpy import arrays
 
 import localbook as lb
 
-statsmodels_kr = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
-
 
 def _data(n, d, seed=0):
     rng = np.random.default_rng(seed)
@@ -24,6 +22,8 @@ def _data(n, d, seed=0):
 @pytest.mark.parametrize("d", [1, 2, 3])
 @pytest.mark.parametrize("reg_type", ["lc", "ll"])
 def test_matches_statsmodels_kernelreg(d, reg_type):
+    # only this test needs statsmodels; the rest of the file runs without it
+    statsmodels_kr = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
     x, y, q = _data(150, d, seed=d)
     bw = [0.35, 0.5, 0.6][:d]
     ref = statsmodels_kr.KernelReg(y, x, "c" * d, reg_type=reg_type, bw=bw).fit(q)[0]
@@ -168,6 +168,48 @@ def test_knn_is_a_local_mean_and_matches_sklearn():
     # no ties possible with 5 neighbours and ≤ 3 classes unless two classes get 2 votes each
     agree = (pred.numpy() == clf.predict(q)).mean()
     assert agree > 0.95
+
+
+def _knn_loo_brute(x, y, k):
+    """Leave-one-out residuals of k-NN regression by n explicit refits."""
+    out = torch.empty(len(x), dtype=x.dtype)
+    for i in range(len(x)):
+        keep = torch.arange(len(x)) != i
+        out[i] = y[i] - lb.knn_regress(x[i : i + 1], x[keep], y[keep], k)[0]
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(5, 40), st.integers(2, 6), st.integers(0, 2**16))
+def test_knn_loo_formula_is_the_k_minus_1_nn_loo(n, k, seed):
+    # the rank kernel changes when a point leaves: (y − ŷ)/(1 − 1/k) is (k−1)-NN's LOO
+    # residual, and k-NN's own needs the (k+1)-th neighbour: ŷ₋ᵢ = ((k+1) ŷ⁽ᵏ⁺¹⁾ᵢ − yᵢ)/k
+    k = min(k, n - 2)
+    rng = np.random.default_rng(seed)
+    x = torch.tensor(rng.uniform(0, 1, n))
+    y = torch.tensor(rng.normal(size=n))
+    fit_k, fit_k1 = lb.knn_regress(x, x, y, k), lb.knn_regress(x, x, y, k + 1)
+    formula = (y - fit_k) / (1 - 1 / k)
+    torch.testing.assert_close(formula, _knn_loo_brute(x, y, k - 1))
+    torch.testing.assert_close(y - ((k + 1) * fit_k1 - y) / k, _knn_loo_brute(x, y, k))
+    assert not torch.allclose(formula, _knn_loo_brute(x, y, k))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 40), st.floats(0.05, 1.0), st.floats(-0.3, 1.3), st.integers(0, 2**16))
+def test_equivalent_kernel_is_negative_exactly_beyond_x_star_plus_s2_over_s1(n, h, t, seed):
+    x = torch.tensor(np.random.default_rng(seed).uniform(0, 1, n))
+    d = x - t
+    K = torch.exp(-0.5 * (d / h) ** 2)
+    S0, S1, S2 = K.sum(), (K * d).sum(), (K * d * d).sum()
+    if float(S0 * S2 - S1**2) <= 1e-8 * float(S0 * S2):  # M nearly singular: skip
+        return
+    ell = lb.equivalent_kernel([t], x, h)[0]
+    margin = d * S1 - S2
+    clear = margin.abs() > 1e-6 * (d.abs() * S1.abs() + S2)
+    assert torch.equal((ell < 0)[clear], (margin > 0)[clear])
+    # the threshold x* + S2/S1 lies beyond the local centre of mass x* + S1/S0
+    assert float((S2 / S1).abs()) >= float((S1 / S0).abs()) * (1 - 1e-12)
 
 
 # ---------------------------------------------------------------- properties (hypothesis)

@@ -102,7 +102,8 @@ def loo_shortcut(fn: Callable, *, seed: Optional[int] = None) -> bool:
             if close(got, value):
                 raise Mismatch(_first_bad(got, want), hint)
         raise Mismatch(_first_bad(got, want),
-                       "L_ii is the weight of point i in its own fit: K(0) / Σ_j K((x_i − x_j)/h), with K(0) = 1")
+                       "L_ii is the weight of point i in its own fit: K(x_i, x_i) / Σ_j K(x_i, x_j), "
+                       "with K(x_i, x_i) = k(0) = 1")
 
     def run(x, y, h):
         with _CountCalls() as c:
@@ -170,8 +171,8 @@ def equivalent_kernel_1d(fn: Callable, *, seed: Optional[int] = None) -> bool:
         want = case.extra["want"]
         if close(got, want):
             return
-        k = torch.exp(-0.5 * ((x - x_star) / h) ** 2)
-        if close(got, k / k.sum()):
+        K = torch.exp(-0.5 * ((x - x_star) / h) ** 2)
+        if close(got, K / K.sum()):
             raise Mismatch(_first_bad(got, want),
                            "these are the Nadaraya–Watson weights; the local-linear weights correct them with the local slope")
         total = float(got.sum())
@@ -186,6 +187,6 @@ def equivalent_kernel_1d(fn: Callable, *, seed: Optional[int] = None) -> bool:
             raise Mismatch(f"all your weights are ≥ 0, but some should be negative here; {_first_bad(got, want)}",
                            "near the boundary the fitted line extrapolates: the equivalent kernel takes negative values")
         raise Mismatch(_first_bad(got, want),
-                       "ℓ_i ∝ K_i (S_2 − (x_i − x*) S_1) with S_k = Σ_j K_j (x_j − x*)^k: check the moments")
+                       "ℓ_i ∝ K_i (S_2 − (x_i − x*) S_1) with S_j = Σ_l K_l (x_l − x*)^j: check the moments")
 
     return run_check("equivalent_kernel_1d", fn, cases, judge, "queries inside, at and beyond the data's boundary")
