@@ -628,9 +628,11 @@ class DiscreteKernel(nn.Module):
     The prediction after token ``a`` is the local mean of the one-hot next tokens ``e_b`` with
     weights ``K(a, b)``: :math:`p(b \mid a) = K(a, b) / \sum_{b'} K(a, b')`, ``K = exp(L)``.
     ``rank=None`` learns the full ``(V, V)`` log kernel ``L``; ``rank = r`` factorizes it as
-    :math:`L = Q K^\top/\sqrt r + \mathbf 1 \beta^\top` (queries ``Q (V, r)``, keys ``K (V, r)``, a
-    per-next-token bias β) — the query–key form of attention. ``forward(idx (..., T))`` returns
-    logits ``(..., T, V)``.
+    :math:`L = Q K^\top/\sqrt r + \mathbf 1 \beta^\top` (``Q (V, r)`` embeds the current token,
+    ``K (V, r)`` the next one, β is a per-next-token bias). This has the bilinear form of a
+    query–key score, but it compares the current token with the *next* one: it is a factorized
+    (log-bilinear) output layer, not attention, whose query–key kernel compares the current token
+    with the earlier ones. ``forward(idx (..., T))`` returns logits ``(..., T, V)``.
     """
 
     def __init__(self, vocab_size: int, rank: Optional[int] = None, seed: int = 0):
