@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 
 from ._validate import (
+    as_tensor,
     check_bandwidth,
     check_choice,
     check_points,
@@ -160,16 +161,23 @@ def kde_log_hessian(x_query, x, bandwidth) -> torch.Tensor:
 
 @dataclass
 class MeanShiftResult:
-    """Modes ``(c, d)`` (strongest first), ``labels (n,)`` in ``0..c-1``, the number of iterations
+    """The modes ``(c, d)`` (strongest first), ``labels (n,)`` in ``0..c-1``, the iteration count
     ``n_iter``, each mode's ``intensity (c,)`` (the kernel mass ``Σᵢ K(mode, xᵢ)`` where it was
-    last updated: a point count for the uniform kernel), and ``path`` — the seeds' positions after
-    every iteration ``(n_iter + 1, s, d)`` — when asked for, else ``None``."""
+    last updated: a point count for the uniform kernel), ``path`` (the seeds' positions before the
+    first step and after every step) when asked for, else ``None``, and ``mode_index (c,)`` — which
+    data points the modes are — for :func:`medoid_shift`, else ``None``.
+
+    What ``n_iter`` counts depends on the function: :func:`mean_shift` follows scikit-learn's
+    ``n_iter_`` (the steps *before* the last one, whose length was found to be at most ``tol``),
+    so its ``path`` has ``n_iter + 2`` rows; :func:`blurring_mean_shift` counts every step, so its
+    ``path`` has ``n_iter + 1`` rows; :func:`medoid_shift` counts rounds."""
 
     modes: torch.Tensor
     labels: torch.Tensor
     n_iter: int
     intensity: torch.Tensor
     path: Optional[torch.Tensor] = None
+    mode_index: Optional[torch.Tensor] = None
 
 
 def _check_bool(value, name: str) -> bool:
@@ -273,8 +281,11 @@ def mean_shift(
 
     Each seed iterates :math:`s \leftarrow m(s) = \sum_i K(s, x_i) x_i / \sum_i K(s, x_i)` — for the
     Gaussian kernel a gradient step :math:`s + h^2 \nabla\log\hat p(s)`. All seeds move together;
-    a seed whose step is at most ``tol`` bandwidths is frozen (never recomputed), as is every seed
-    after ``max_iter + 1`` steps; a seed whose ball holds no point (compact kernel) is dropped.
+    a seed whose step is at most ``tol`` bandwidths is frozen (never recomputed), and so is every
+    seed after ``max_iter + 1`` steps: as in scikit-learn, ``max_iter`` bounds the steps *before*
+    the last one (``max_iter=0`` takes exactly one step), and ``n_iter`` counts them the same way
+    (the ``path`` has ``n_iter + 2`` rows). A seed whose ball holds no point (compact kernel) is
+    dropped.
     Endpoints are merged greedily, strongest (largest kernel mass) first, dropping those within
     ``merge_radius`` bandwidths of a kept one; every point is labelled by its nearest mode.
 
@@ -347,9 +358,11 @@ def blurring_mean_shift(
     r"""Blurring mean shift (Cheng 1995): the data themselves move, :math:`X \leftarrow m_X(X)`.
 
     Every iteration replaces all points by their self-local means over the *current* points, so the
-    density being climbed changes as it is climbed: clusters contract to points (fast), and with
-    enough iterations everything collapses to one point. Stops when no point moves more than
-    ``tol`` bandwidths (or after ``max_iter`` iterations); the final points are merged as in
+    density being climbed changes as it is climbed: clusters contract to points (fast), then the
+    points drift towards each other; with the Gaussian kernel and enough iterations everything
+    collapses to one point, while with a compact kernel groups more than a bandwidth apart never
+    interact. Stops when no point moves more than ``tol`` bandwidths (or after ``max_iter``
+    steps; ``n_iter`` counts the steps taken); the final points are merged as in
     :func:`mean_shift` and each point is labelled by the mode nearest to where it ended.
     Shapes: ``x (n, d)``; ``path`` is ``(n_iter + 1, n, d)``.
     """
@@ -382,22 +395,67 @@ def blurring_mean_shift(
 
 def _medoid_successors(pts: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, kern: Kernel):
     """Weighted medoid of every point's neighbourhood (point masses ``weight``): the point nearest
-    its local mean, itself on ties. Returns the successor indices ``(k,)`` and ``log Σ K·weight``."""
-    k = pts.shape[0]
+    its local mean, itself on ties. Returns the successor indices ``(c,)`` and ``log Σ K·weight``."""
+    c = pts.shape[0]
     values = torch.cat([pts * weight[:, None], weight[:, None]], dim=1)
     sums, log_sum = local_average(pts, pts, values, h, kern, warn_empty=False)
     mean = sums[:, :-1] / sums[:, -1:]
     log_mass = log_sum + torch.log(sums[:, -1])
-    nxt = torch.empty(k, dtype=torch.long, device=pts.device)
-    rows = chunk_rows(k, k, 1, pts.element_size())
+    nxt = torch.empty(c, dtype=torch.long, device=pts.device)
+    rows = chunk_rows(c, c, 1, pts.element_size())
     center = pts.mean(0)
-    for sl in iter_chunks(k, rows):
+    for sl in iter_chunks(c, rows):
         d2 = scaled_sq_dist(mean[sl], pts, h, center)
         best = d2.argmin(1)
         own = torch.arange(sl.start, sl.stop, device=pts.device)
         stay = d2[torch.arange(own.numel(), device=pts.device), own] <= d2.gather(1, best[:, None])[:, 0]
         nxt[sl] = torch.where(stay, own, best)
     return nxt, log_mass
+
+
+def _medoid_successors_precomputed(dist: torch.Tensor, weight: torch.Tensor, h: float, kern: Kernel):
+    """The same from a distance matrix ``(c, c)``: the successor of ``i`` minimizes the weighted
+    spread ``Σ_l w_il d(l, j)²`` over ``j`` (itself on ties), ``w_il ∝ K(d(i, l)/h) weight_l``."""
+    c = dist.shape[0]
+    d2 = dist * dist
+    log_weight = torch.log(weight)
+    nxt = torch.empty(c, dtype=torch.long, device=dist.device)
+    log_mass = torch.empty(c, dtype=dist.dtype, device=dist.device)
+    rows = chunk_rows(c, c, 1, dist.element_size(), device=dist.device)
+    for sl in iter_chunks(c, rows):
+        log_w = kern.log_profile(d2[sl] / (h * h)) + log_weight  # the diagonal keeps every row non-empty
+        log_mass[sl] = torch.logsumexp(log_w, 1)
+        spread = torch.exp(log_w - log_mass[sl, None]) @ d2  # (rows, c)
+        best = spread.argmin(1)
+        r = torch.arange(sl.stop - sl.start, device=dist.device)
+        own = r + sl.start
+        nxt[sl] = torch.where(spread[r, own] <= spread[r, best], own, best)
+    return nxt, log_mass
+
+
+def _check_distances(dist, name: str = "x") -> torch.Tensor:
+    """A square, finite, non-negative, symmetric matrix with a zero diagonal (rounding allowed:
+    ``√eps`` of the largest entry, the error of a distance taken as the root of a cancelled
+    difference of squares); returned symmetrized."""
+    d = as_tensor(dist, name, ndim=(2,))
+    if d.shape[0] != d.shape[1]:
+        raise ValueError(f"{name} must be a square (n, n) distance matrix with metric='precomputed', "
+                         f"got shape {tuple(d.shape)}")
+    if bool((d < 0).any()):
+        raise ValueError(f"{name} must hold non-negative distances, got {int((d < 0).sum())} negative "
+                         f"entries (smallest {float(d.min()):.3g})")
+    slack = math.sqrt(torch.finfo(d.dtype).eps) * float(d.max())
+    asym = float((d - d.T).abs().max())
+    if asym > slack:
+        raise ValueError(f"{name} must be a symmetric distance matrix: max |{name} - {name}ᵀ| = {asym:.3g} "
+                         f"exceeds the rounding allowance {slack:.3g}")
+    diag = float(d.diagonal().abs().max())
+    if diag > slack:
+        raise ValueError(f"{name} must have a zero diagonal (each point at distance 0 from itself), "
+                         f"got an entry {diag:.3g}")
+    d = 0.5 * (d + d.T)
+    d.fill_diagonal_(0.0)
+    return d
 
 
 def _follow(nxt: torch.Tensor) -> tuple:
@@ -411,44 +469,65 @@ def _follow(nxt: torch.Tensor) -> tuple:
     raise RuntimeError("medoid shift's successor map has a cycle (ties between distinct points)")
 
 
-def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1) -> MeanShiftResult:
+def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1, *,
+                 metric: str = "euclidean") -> MeanShiftResult:
     r"""Medoid shift (Sheikh, Khan & Kanade 2007): shifts restricted to the data points.
 
-    Point :math:`i` moves to the data point minimizing the local weighted spread
-    :math:`\sum_k w_{ik} |x_k - x_j|^2` (weights :math:`w_{ik} \propto K(x_i, x_k)`). Since
-    :math:`\sum_k w_{ik}|x_k - x_j|^2 = \sum_k w_{ik}|x_k - m_i|^2 + |m_i - x_j|^2` for the local
-    mean :math:`m_i`, that is the data point nearest to :math:`m_i` (a point stays put when it is
-    one of the nearest). The successor map is computed once; following it (pointer jumping, on the
-    device) leads every point to a root. With ``max_rounds > 1`` the roots are treated as new data,
-    each weighted by the number of points it holds, and the procedure repeats (iterated medoid
-    shift) until a round merges nothing. Distances are in bandwidth units. Returns a
-    :class:`MeanShiftResult` whose ``modes`` are data points (strongest first) and ``n_iter`` the
-    number of rounds used.
+    Point :math:`i` moves to the data point :math:`j` minimizing the local weighted spread
+    :math:`\sum_l w_{il}\, d(x_l, x_j)^2` (weights :math:`w_{il} \propto K(x_i, x_l)`), or stays
+    put when it is itself a minimizer. For Euclidean distances
+    :math:`\sum_l w_{il}|x_l - x_j|^2 = \sum_l w_{il}|x_l - m_i|^2 + |m_i - x_j|^2` for the local
+    mean :math:`m_i`, so the successor is the data point nearest :math:`m_i`; that is how
+    coordinates are handled (chunked, no ``n × n`` spread matrix). With
+    ``metric="precomputed"``, ``x`` is instead an ``(n, n)`` matrix of distances (or any
+    symmetric dissimilarity with a zero diagonal: square, finite, non-negative, symmetric up to
+    rounding, else ``ValueError``), ``bandwidth`` a positive float, and the spread is computed
+    from the matrix directly — no coordinates are needed.
+
+    The successor map is computed once; following it (pointer jumping, on the device) leads every
+    point to a root. With ``max_rounds > 1`` the roots are treated as new data, each weighted by
+    the number of points it holds, and the procedure repeats (iterated medoid shift) until a
+    round merges nothing. Distances are in bandwidth units. Returns a :class:`MeanShiftResult`
+    whose ``modes`` are data points, strongest first (for ``metric="precomputed"``: their rows
+    of the distance matrix, ``(c, n)``), ``mode_index`` their indices into the data and
+    ``n_iter`` the number of rounds used.
     """
-    x = check_points(x, "x")
-    h = check_bandwidth(bandwidth, x.shape[1], like=x)
+    metric = check_choice(metric, "metric", ["euclidean", "precomputed"])
     kern = get_kernel(kernel)
     max_rounds = check_positive_int(max_rounds, "max_rounds")
-    idx = torch.arange(x.shape[0], device=x.device)  # data index of each current candidate
-    weight = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
-    owner = torch.arange(x.shape[0], device=x.device)  # each point's current candidate
+    if metric == "precomputed":
+        data = _check_distances(x, "x")
+        hp = check_positive_float(bandwidth, "bandwidth")
+
+        def successors(idx, weight):
+            return _medoid_successors_precomputed(data[idx][:, idx], weight, hp, kern)
+    else:
+        data = check_points(x, "x")
+        h = check_bandwidth(bandwidth, data.shape[1], like=data)
+
+        def successors(idx, weight):
+            return _medoid_successors(data[idx], weight, h, kern)
+    n = data.shape[0]
+    idx = torch.arange(n, device=data.device)  # data index of each current candidate
+    weight = torch.ones(n, dtype=data.dtype, device=data.device)
+    owner = torch.arange(n, device=data.device)  # each point's current candidate
     rounds = 0
     log_mass = None
     for rounds in range(1, max_rounds + 1):
-        nxt, log_mass = _medoid_successors(x[idx], weight, h, kern)
+        nxt, log_mass = successors(idx, weight)
         root, _ = _follow(nxt)
         roots, inverse = torch.unique(root, return_inverse=True)
         owner = inverse[owner]
-        weight = torch.zeros(roots.numel(), dtype=x.dtype, device=x.device).index_add_(0, inverse, weight)
+        weight = torch.zeros(roots.numel(), dtype=data.dtype, device=data.device).index_add_(0, inverse, weight)
         merged = roots.numel() < idx.numel()
         idx, log_mass = idx[roots], log_mass[roots]
         if not merged:
             break
     order = torch.argsort(log_mass, descending=True, stable=True)
     rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=x.device)
-    return MeanShiftResult(modes=x[idx[order]], labels=rank[owner], n_iter=rounds,
-                           intensity=torch.exp(log_mass[order]), path=None)
+    rank[order] = torch.arange(order.numel(), device=data.device)
+    return MeanShiftResult(modes=data[idx[order]], labels=rank[owner], n_iter=rounds,
+                           intensity=torch.exp(log_mass[order]), path=None, mode_index=idx[order])
 
 
 # --------------------------------------------------------------------------------------------

@@ -279,3 +279,126 @@ def test_bad_inputs(call, exc, name):
     x = torch.randn(10, 2, dtype=torch.float64)
     with pytest.raises(exc, match=name):
         call(x)
+
+
+# --- medoid shift from a precomputed distance matrix
+
+
+def _brute_medoid_roots(dist, h):
+    """One round of Gaussian medoid shift from a distance matrix, written out in numpy: every
+    point's successor (argmin of the weighted spread, itself on ties), followed to its root; and
+    the smallest gap between a row's chosen spread and its runner-up (a near-tie guard)."""
+    d = np.asarray(dist, dtype=np.float64)
+    w = np.exp(-0.5 * (d / h) ** 2)
+    spread = (w / w.sum(1, keepdims=True)) @ d**2
+    own = np.arange(len(d))
+    best = spread.argmin(1)
+    nxt = np.where(spread[own, own] <= spread[own, best], own, best)
+    srt = np.sort(spread, 1)
+    gap = float(np.min(srt[:, 1] - srt[:, 0])) if len(d) > 1 else np.inf
+    root = nxt.copy()
+    for _ in range(len(d)):
+        root = nxt[root]
+    return root, gap / float(np.max(spread))
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "epanechnikov", "biweight"])
+@pytest.mark.parametrize("rounds", [1, 10])
+def test_medoid_shift_precomputed_equals_coordinates(kernel, rounds, device):
+    x, _ = _blobs(240, std=0.6)
+    x = x.to(device)
+    dist = _cdist(x, x)
+    a = lb.medoid_shift(x, 0.6, kernel, rounds)
+    b = lb.medoid_shift(dist, 0.6, kernel, rounds, metric="precomputed")
+    assert b.labels.device.type == device.type
+    assert torch.equal(a.labels, b.labels) and torch.equal(a.mode_index, b.mode_index)
+    assert a.n_iter == b.n_iter
+    # the kernel masses are n-term sums of the same kernel values, rounded differently
+    torch.testing.assert_close(a.intensity, b.intensity, rtol=240 * torch.finfo(torch.float64).eps, atol=0)
+    assert torch.equal(a.modes, x[a.mode_index]) and torch.equal(b.modes, dist[b.mode_index])
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 50), h=st.floats(0.3, 3.0), d=st.integers(1, 4))
+def test_medoid_shift_precomputed_properties(seed, n, h, d):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    euclid = _cdist(x, x)
+    manhattan = torch.cdist(x, x, p=1)  # not a Euclidean distance matrix for d ≥ 2
+    for dist in (euclid, manhattan):
+        root, gap = _brute_medoid_roots(dist.numpy(), h)
+        res = lb.medoid_shift(dist, h, metric="precomputed")
+        if gap > 1e-9:  # no near-tie: the result is determined, compare with the oracle exactly
+            assert sorted(res.mode_index.tolist()) == sorted(set(root.tolist()))
+            assert torch.equal(res.mode_index[res.labels], torch.as_tensor(root))
+    # on Euclidean data the matrix path and the coordinate path agree (same near-tie guard)
+    root, gap = _brute_medoid_roots(euclid.numpy(), h)
+    if gap > 1e-9:
+        a, b = lb.medoid_shift(x, h), lb.medoid_shift(euclid, h, metric="precomputed")
+        assert torch.equal(a.labels, b.labels) and torch.equal(a.mode_index, b.mode_index)
+    # relabelling the points permutes the answer
+    perm = torch.randperm(n, generator=g)
+    res = lb.medoid_shift(manhattan, h, metric="precomputed")
+    res_p = lb.medoid_shift(manhattan[perm][:, perm], h, metric="precomputed")
+    if _brute_medoid_roots(manhattan.numpy(), h)[1] > 1e-9:
+        assert sorted(perm[res_p.mode_index].tolist()) == sorted(res.mode_index.tolist())
+        assert torch.equal(perm[res_p.mode_index[res_p.labels]], res.mode_index[res.labels][perm])
+
+
+def test_medoid_shift_precomputed_never_lowers_the_density():
+    """A successor never has a lower kernel sum Σ_l K(d(j, l)/h) (convexity of exp(-t/2h²) in t),
+    for any symmetric dissimilarity: here the arc length on a circle."""
+    g = torch.Generator().manual_seed(4)
+    angle = torch.rand(200, generator=g, dtype=torch.float64) * 2 * math.pi
+    diff = (angle[:, None] - angle[None, :]).abs()
+    arc = torch.minimum(diff, 2 * math.pi - diff)
+    res = lb.medoid_shift(arc, 0.3, metric="precomputed")
+    dens = torch.exp(-0.5 * (arc / 0.3) ** 2).sum(1)
+    root = res.mode_index[res.labels]
+    assert bool((dens[root] >= dens * (1 - 1e-12)).all())
+    assert len(res.modes) < 200
+
+
+@pytest.mark.parametrize(
+    "dist, bandwidth, match",
+    [
+        (torch.ones(3, 4), 1.0, "square"),
+        (torch.tensor([[0.0, -1.0], [-1.0, 0.0]]), 1.0, "non-negative"),
+        (torch.tensor([[0.0, 1.0], [2.0, 0.0]]), 1.0, "symmetric"),
+        (torch.tensor([[1.0, 1.0], [1.0, 0.0]]), 1.0, "zero diagonal"),
+        (torch.tensor([[0.0, float("nan")], [float("nan"), 0.0]]), 1.0, "NaN"),
+        (torch.zeros(3), 1.0, "dimension"),
+        (torch.zeros(2, 2), -1.0, "bandwidth"),
+    ],
+)
+def test_medoid_shift_precomputed_bad_inputs(dist, bandwidth, match):
+    with pytest.raises(ValueError, match=match) as info:
+        lb.medoid_shift(dist, bandwidth, metric="precomputed")
+    assert str(info.value).startswith("bandwidth" if bandwidth < 0 else "x ")  # names the argument
+
+
+def test_medoid_shift_precomputed_type_errors():
+    with pytest.raises(TypeError, match="bandwidth"):
+        lb.medoid_shift(torch.zeros(2, 2), [1.0, 2.0], metric="precomputed")
+    with pytest.raises(ValueError, match="metric"):
+        lb.medoid_shift(torch.zeros(2, 2), 1.0, metric="cosine")
+    # rounding-level asymmetry (a float32 distance matrix from the Gram trick) is accepted
+    x = torch.randn(30, 3)
+    dist = torch.cdist(x, x).fill_diagonal_(0.0)
+    dist = dist + 1e-6 * torch.triu(torch.rand(30, 30), 1)
+    assert len(lb.medoid_shift(dist, 1.0, metric="precomputed").labels) == 30
+
+
+@pytest.mark.parametrize("max_iter", [0, 1, 4])
+def test_mean_shift_max_iter_allows_one_more_step(max_iter):
+    """As scikit-learn's MeanShift: max_iter = k allows k + 1 steps and n_iter counts k of them."""
+    x, _ = _blobs(90)
+    res = lb.mean_shift(x, 1.0, seeds=x[:4], max_iter=max_iter, tol=0.0, return_path=True)
+    assert res.n_iter == max_iter and res.path.shape[0] == max_iter + 2
+    cur = x[:4]
+    for _ in range(max_iter + 1):
+        cur = lb.nadaraya_watson(cur, x, x, 1.0)
+    torch.testing.assert_close(res.path[-1], cur)
+    sk = MeanShift(bandwidth=1.2, seeds=x[:4].numpy(), max_iter=max_iter, cluster_all=True).fit(x.numpy())
+    ours = lb.mean_shift(x, 1.2, kernel="uniform", seeds=x[:4], max_iter=max_iter)
+    np.testing.assert_allclose(ours.modes.numpy(), sk.cluster_centers_, atol=1e-12)
