@@ -25,6 +25,25 @@ from .embedding import *  # noqa: F401,F403
 from .fashion_mnist import *  # noqa: F401,F403
 from .metrics import *  # noqa: F401,F403
 from .sagl import *  # noqa: F401,F403
+from .local_decisions import *  # noqa: F401,F403
 # (end of chapter modules)
+
+# scikit-learn estimators load on first use: scikit-learn costs import time nobody else pays for
+_LAZY = {name: "estimators" for name in
+         ("NadarayaWatsonRegressor", "LocalLinearRegressor", "LocalModeClassifier")}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "0.1.0"

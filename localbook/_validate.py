@@ -161,3 +161,35 @@ def check_choice(value, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; expected one of {list(choices)}")
     return value
+
+
+def check_labels(labels, n: int, *, device=None, name: str = "labels"):
+    """Class labels for ``n`` points: returns ``(classes, codes)``.
+
+    ``classes`` holds the sorted distinct labels (a tensor for numeric labels, a numpy array for
+    strings or other objects); ``codes (n,)`` is a long tensor on ``device`` with
+    ``classes[codes] == labels``. Float labels must be whole numbers (class ids).
+    """
+    if isinstance(labels, torch.Tensor):
+        if labels.is_floating_point() and not bool((labels == labels.round()).all()):
+            raise TypeError(f"{name} must be class labels (integers or strings), got non-integer floats")
+        if labels.is_complex():
+            raise TypeError(f"{name} must be class labels (integers or strings), got complex values")
+        arr = labels.detach().cpu().numpy()
+    else:
+        if isinstance(labels, (str, bytes)) or labels is None:
+            raise TypeError(f"{name} must be an array of class labels, got {type(labels).__name__}")
+        arr = np.asarray(labels)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},) to match the data, got {tuple(arr.shape)}")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise TypeError(f"{name} must be class labels (integers or strings), got non-integer floats")
+        arr = arr.astype(np.int64)
+    elif arr.dtype.kind == "c":
+        raise TypeError(f"{name} must be class labels (integers or strings), got complex values")
+    classes, codes = np.unique(arr, return_inverse=True)
+    codes = torch.as_tensor(codes.reshape(-1), dtype=torch.long, device=device)
+    if classes.dtype.kind in "iub":
+        classes = torch.as_tensor(classes.astype(np.int64), device=device)
+    return classes, codes
