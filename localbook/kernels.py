@@ -1,7 +1,9 @@
 r"""Localization kernels and the chunked pairwise engine every local mean uses.
 
-A localization kernel is a profile of the squared scaled distance
-:math:`u^2 = \sum_j (x_j - x'_j)^2 / h_j^2`, with ``h`` the bandwidth:
+A localization kernel is a profile :math:`k(u)` of the scaled distance
+:math:`u = \big(\sum_j (x_j - x'_j)^2 / h_j^2\big)^{1/2}`, with ``h`` the bandwidth (the book's
+one notation). Internally the engine computes :math:`u^2` by a matrix product and each kernel's
+``log_profile`` takes :math:`u^2`, which avoids a square root for all but the Laplacian:
 
 ============  ==========================  ===========
 name          profile :math:`k(u)`        support
