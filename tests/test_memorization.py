@@ -156,10 +156,14 @@ def test_hermite_coefficients_of_known_activations():
     mu = M.hermite_coefficients(lambda x: x ** 2, degree=4)
     torch.testing.assert_close(mu, torch.tensor([1, 0, math.sqrt(2), 0, 0], dtype=torch.float64), rtol=0, atol=1e-10)
     # ReLU: μ0 = 1/√(2π), μ1 = 1/2, μ_k = He_{k−2}(0)/√(2π k!) for k ≥ 2 (odd k ≥ 3 vanish)
-    mu = M.hermite_coefficients("relu", degree=6, n_nodes=200)  # error ≈ 0.16 / n_nodes at the kink
+    mu = M.hermite_coefficients("relu", degree=6, n_nodes=200)  # closed forms, not quadrature
     s = 1 / math.sqrt(2 * math.pi)
     ref = [s, 0.5, s / math.sqrt(2), 0, -s / math.sqrt(24), 0, 3 * s / math.sqrt(720)]
-    np.testing.assert_allclose(mu.numpy(), ref, atol=1.5e-3)
+    np.testing.assert_allclose(mu.numpy(), ref, rtol=1e-14, atol=1e-16)
+    # Gauss–Hermite quadrature of the kink converges only like 1/n_nodes
+    gh = M.hermite_coefficients(lambda x: torch.relu(x), degree=6, n_nodes=200)
+    np.testing.assert_allclose(gh.numpy(), ref, atol=1.5e-3)
+    assert np.abs(gh.numpy() - ref).max() > 1e-5
     # tanh is odd: its even coefficients vanish
     mu = M.hermite_coefficients("tanh", degree=6)
     assert mu[::2].abs().max() < 1e-12 and mu[1] > 0.5
@@ -206,6 +210,139 @@ def test_random_features_kernel_tends_to_mehler(device):
     F = M.random_features(Z.to(device), W.to(device), "h1+h2")
     rho = (Z @ Z.T / d).to(device)
     torch.testing.assert_close(F @ F.T, rho + rho ** 2, rtol=0, atol=0.08)  # Monte Carlo error ≈ 0.01
+
+
+def _h(n, x):
+    c = np.zeros(n + 1)
+    c[n] = 1
+    return np.polynomial.hermite_e.hermeval(x, c) / math.sqrt(math.factorial(n))
+
+
+def test_relu_hermite_coefficients_against_adaptive_quadrature():
+    """The closed forms against scipy's quad on [0, ∞), where the integrand is smooth."""
+    from scipy.integrate import quad
+
+    mu = M.relu_hermite_coefficients(14)
+    step = M.relu_hermite_coefficients(14, derivative=True)
+    pdf = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+    for n in range(15):
+        val, err = quad(lambda x: x * _h(n, x) * pdf(x), 0, np.inf, epsabs=1e-13, epsrel=1e-13)
+        assert abs(float(mu[n]) - val) <= 2 * err + 1e-14, n
+        val, err = quad(lambda x: _h(n, x) * pdf(x), 0, np.inf, epsabs=1e-13, epsrel=1e-13)
+        assert abs(float(step[n]) - val) <= 2 * err + 1e-14, n
+    # σ = relu ⇒ σ' = step: h_n' = √n h_{n−1} gives μ'_{n−1} = √n μ_n
+    n = torch.arange(1, 15, dtype=torch.float64)
+    torch.testing.assert_close(step[:-1], n.sqrt() * mu[1:], rtol=1e-13, atol=1e-16)
+    # large degrees stay finite (log-space factorials)
+    big = M.relu_hermite_coefficients(400)
+    assert torch.isfinite(big).all() and float(big[400].abs()) < 1e-3
+
+
+def test_relu_dual_kernels():
+    relu = M.get_activation("relu")
+    step = relu.derivative()
+    assert step.dual is not None and relu.dual is not None
+    rho = torch.linspace(-0.8, 0.8, 9, dtype=torch.float64)
+    # dual = Σ μ_l² ρ^l; the tail beyond degree 300 is below 0.8^300
+    for act in (relu, step):
+        mu = M.hermite_coefficients(act, 300)
+        series = (mu ** 2 * rho[:, None] ** torch.arange(301, dtype=torch.float64)).sum(1)
+        torch.testing.assert_close(act.dual(rho), series, rtol=0, atol=1e-12)
+    # E[relu²] = 1/2 and P(u > 0) = 1/2 at ρ = 1
+    one = torch.tensor(1.0, dtype=torch.float64)
+    assert float(relu.dual(one)) == pytest.approx(0.5, abs=1e-15)
+    assert float(step.dual(one)) == pytest.approx(0.5, abs=1e-15)
+    # Monte Carlo oracle: E[relu(u) relu(v)] with corr(u, v) = ρ, error 4 standard errors
+    g = torch.Generator().manual_seed(0)
+    u, e = torch.randn(2, 400_000, generator=g, dtype=torch.float64)
+    for r in (-0.5, 0.3, 0.9):
+        v = r * u + math.sqrt(1 - r * r) * e
+        prod = torch.relu(u) * torch.relu(v)
+        se = float(prod.std()) / math.sqrt(len(u))
+        assert abs(float(prod.mean()) - float(relu.dual(torch.tensor(r)))) < 4 * se
+
+
+def test_alignment_limit_relu_is_exact():
+    # NTK with σ' = step at α = 1/2: 4α(κ0(α) − 1/4) with κ0(1/2) = (π − π/3)/2π = 1/3
+    assert M.alignment_limit("relu", 0.5, model="ntk") == pytest.approx(1 / 6, abs=1e-14)
+    # RF: against the Hermite series with 400 exact coefficients (tail < 0.5^400)
+    mu = M.relu_hermite_coefficients(400)
+    for a in (0.25, 0.5, 0.75):
+        l = torch.arange(2, 401, dtype=torch.float64)
+        series = float((mu[2:] ** 2 * a ** l).sum() / (0.25 - 1 / (2 * math.pi)))
+        assert M.alignment_limit("relu", a) == pytest.approx(series, abs=1e-12)
+    # the old truncated quadrature (degree 30) was visibly off for the step function
+    trunc = M.alignment_limit(M.Activation("relu*", torch.relu, lambda x: (x > 0).double()), 0.5,
+                              model="ntk")
+    assert abs(trunc - 1 / 6) > 1e-2
+
+
+def test_alignment_profile_and_finite_d():
+    ntk4 = M.get_activation("h0+h3").antiderivative()
+    rho = torch.linspace(-1, 1, 7, dtype=torch.float64)
+    torch.testing.assert_close(M.alignment_profile("h1+h4", rho), rho ** 4)
+    torch.testing.assert_close(M.alignment_profile(ntk4, rho, model="ntk"), rho ** 4)
+    torch.testing.assert_close(M.alignment_profile("h1+h2", rho), rho ** 2)
+    assert M.alignment_profile("h1+h2", 0.5) == M.alignment_limit("h1+h2", 0.5)
+    # exact moments of ρ = α + (d_x/d) c on the sphere
+    for d in (7, 30, 64):
+        dx = d - min(max(1, round(0.5 * d)), d - 1)
+        a = (d - dx) / d
+        e4 = a ** 4 + 6 * a ** 2 * dx / d ** 2 + 3 * dx ** 3 / ((dx + 2) * d ** 4)
+        assert M.finite_d_alignment("h1+h4", d, 0.5) == pytest.approx(e4, rel=1e-12)
+        assert M.finite_d_alignment(ntk4, d, 0.5, model="ntk") == pytest.approx(e4, rel=1e-12)
+        assert M.finite_d_alignment("h1+h2", d, 0.5) == pytest.approx(a * a + dx / d ** 2, rel=1e-12)
+    # d_x = 1: c = ±1
+    assert M.finite_d_alignment("h1+h2", 4, 0.75) == pytest.approx((0.75 - 0.25) ** 2 / 2 + 1 / 2)
+    # Monte Carlo oracle for ReLU with the data generator's own counterparts
+    g = torch.Generator().manual_seed(3)
+    Z, _, Zs = M.spurious_gaussian_data(20_000, 20, 0.5, g, counterpart="resample",
+                                        dtype=torch.float64)
+    vals = M.alignment_profile("relu", (Z * Zs).sum(1) / 20)
+    se = float(vals.std()) / math.sqrt(len(vals))
+    assert abs(float(vals.mean()) - M.finite_d_alignment("relu", 20, 0.5)) < 4 * se
+    # larger than the paper's γ (Jensen), and tending to it as d grows
+    gaps = [M.finite_d_alignment("relu", d, 0.5) - M.alignment_limit("relu", 0.5) for d in (16, 64, 256)]
+    assert gaps[0] > gaps[1] > gaps[2] > 0
+    with pytest.raises(ValueError, match="rho"):
+        M.alignment_profile("relu", 1.5)
+    with pytest.raises(ValueError, match="alpha"):
+        M.finite_d_alignment("relu", 10, 1.0)
+
+
+def _sphere_moment_oracle(coeffs, d, alpha, model):
+    """E[γ(ρ)] from the exact moments of ρ = a + b c, E[c^{2m}] = Π_{i<m} (2i+1)/(d_x+2i)."""
+    dy = min(max(1, round(alpha * d)), d - 1)
+    dx = d - dy
+    a, b = dy / d, dx / d
+
+    def e_rho(l):
+        tot = 0.0
+        for j in range(0, l + 1, 2):
+            ec = math.prod((2 * i + 1) / (dx + 2 * i) for i in range(j // 2))
+            tot += math.comb(l, j) * a ** (l - j) * b ** j * ec
+        return tot
+
+    if model == "rf":
+        terms = [(c * c, l) for l, c in enumerate(coeffs) if l >= 2]
+    else:  # σ' has coefficients √l c_l at degree l − 1; weight ρ^{(l−1)+1}
+        terms = [(l * c * c, l) for l, c in enumerate(coeffs) if l - 1 >= 1]
+    den = sum(w for w, _ in terms)
+    return sum(w * e_rho(l) for w, l in terms) / den
+
+
+@settings(max_examples=40, deadline=None)
+@given(coeffs=st.lists(st.floats(-2, 2), min_size=3, max_size=7),
+       d=st.integers(3, 90), alpha=st.sampled_from([0.2, 0.25, 0.5, 0.75]),
+       model=st.sampled_from(["rf", "ntk"]))
+def test_finite_d_alignment_matches_sphere_moments(coeffs, d, alpha, model):
+    # both need energy at σ-degree ≥ 2 (for NTK: σ'-degree ≥ 1)
+    if sum(c * c for c in coeffs[2:]) < 1e-3:
+        return
+    act = M.hermite_activation(coeffs)
+    got = M.finite_d_alignment(act, d, alpha, model=model)
+    ref = _sphere_moment_oracle(coeffs, d, alpha, model)
+    assert got == pytest.approx(ref, rel=1e-9, abs=1e-12)
 
 
 def test_alignment_limit_closed_forms():
@@ -256,7 +393,8 @@ def test_memorization_curve_shapes_and_reproducibility():
 
 
 def test_exported():
-    for name in ["min_norm_fit", "stability", "feature_alignment", "hermite", "random_features", "ntk_features"]:
+    for name in ["min_norm_fit", "stability", "feature_alignment", "hermite", "random_features", "ntk_features",
+                 "relu_hermite_coefficients", "alignment_profile", "finite_d_alignment"]:
         assert getattr(lb, name) is getattr(M, name)
 
 
