@@ -20,6 +20,7 @@ from .density import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .memorization import *  # noqa: F401,F403
 from .entmax import *  # noqa: F401,F403
+from .entmax_losses import *  # noqa: F401,F403
 from .impute import *  # noqa: F401,F403
 from .embedding import *  # noqa: F401,F403
 from .fashion_mnist import *  # noqa: F401,F403

@@ -58,6 +58,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ._validate import as_tensor, check_index, check_positive_int
+from .entmax_alpha import entmax_alpha
 
 __all__ = ["sparsemax", "entmax15", "entmax_bisect"]
 
@@ -69,16 +70,18 @@ _K_MIN = 16
 # ----------------------------------------------------------------------------------------------
 # validation and layout
 # ----------------------------------------------------------------------------------------------
-def _check_alpha(alpha) -> float:
-    if isinstance(alpha, torch.Tensor) and alpha.numel() == 1:
-        alpha = float(alpha)
+def _check_alpha(alpha):
+    """A finite float α, or a tensor α (kept: it may be learnable or hold one α per row)."""
+    if isinstance(alpha, torch.Tensor):
+        if alpha.numel() == 1 and not alpha.requires_grad:
+            alpha = float(alpha)
+        else:
+            return alpha
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise TypeError(f"alpha must be a real number greater than 1, got {type(alpha).__name__}")
+        raise TypeError(f"alpha must be a real number or a tensor, got {type(alpha).__name__}")
     alpha = float(alpha)
-    if not math.isfinite(alpha) or alpha <= 1:
-        raise ValueError(
-            f"alpha must be a finite number greater than 1 (alpha = 1 is softmax), got alpha={alpha}"
-        )
+    if not math.isfinite(alpha):
+        raise ValueError(f"alpha must be finite, got alpha={alpha}")
     return alpha
 
 
@@ -357,18 +360,33 @@ def entmax15(z, dim: int = -1) -> torch.Tensor:
     return _entmax(z, dim, 1.5, 50)
 
 
-def entmax_bisect(z, alpha: float = 1.5, dim: int = -1, n_iter: int = 50) -> torch.Tensor:
-    r"""α-entmax for any α > 1: :math:`p_i = [(\alpha-1)z_i - \tau]_+^{1/(\alpha-1)}`, :math:`\sum p = 1`.
+def entmax_bisect(z, alpha=1.5, dim: int = -1, n_iter: int = 50) -> torch.Tensor:
+    r"""α-entmax: :math:`p_i = [(\alpha-1)z_i - \tau]_+^{1/(\alpha-1)}`, :math:`\sum p = 1`.
 
     τ is found by Newton's method on :math:`g(\tau) = \|((\alpha-1)z-\tau)_+\|_{1/(\alpha-1)} - 1`
     (monotone from the left for α ≤ 2; bracketed, with bisection as the fallback, for α > 2),
     over the top entries of each row only (a certified partial sort). ``n_iter`` caps
     the number of iterations (they stop earlier once τ is stable to a few ulps); the output is
-    renormalized to sum to 1, as in the ``entmax`` package. ``alpha`` is a number (no gradient
-    with respect to α).
+    renormalized to sum to 1, as in the ``entmax`` package.
 
-    Shapes: as :func:`sparsemax`. ``alpha ≤ 1`` raises ``ValueError``.
+    ``alpha`` is a float or a **tensor**: a tensor α broadcastable to ``z`` with size 1 along
+    ``dim`` (one α per row or per head) may require a gradient, which :mod:`localbook.entmax_alpha`
+    computes (a learnable α, as in adaptively sparse transformers; bisection on τ). Every α the
+    ``entmax`` package accepts works: α = 1 (a float) is softmax, α < 1 gives a dense map.
+
+    Shapes: as :func:`sparsemax`.
     """
     alpha = _check_alpha(alpha)
     n_iter = check_positive_int(n_iter, "n_iter")
-    return _entmax(z, dim, alpha, n_iter)
+    if isinstance(alpha, float) and alpha > 1:
+        return _entmax(z, dim, alpha, n_iter)
+    if isinstance(alpha, float) and alpha == 1.0:
+        z, dim, _, dead = _prepare(z, dim)
+        p = torch.softmax(z.masked_fill(dead, 0.0) if dead is not None else z, dim=dim)
+        return p if dead is None else p.masked_fill(dead, math.nan)
+    z, dim, zmax, dead = _prepare(z, dim)
+    if isinstance(alpha, float):
+        alpha = torch.tensor(alpha, dtype=z.dtype, device=z.device)
+    zz = z if dead is None else z.masked_fill(dead, 0.0)
+    p = entmax_alpha(zz, zmax, alpha, dim, n_iter)
+    return p if dead is None else p.masked_fill(dead, math.nan)

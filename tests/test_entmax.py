@@ -198,14 +198,17 @@ def test_single_entry_and_array_likes():
     assert lb.sparsemax is sparsemax and lb.entmax15 is entmax15 and lb.entmax_bisect is entmax_bisect
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.5, -2.0, math.inf, math.nan])
-def test_alpha_at_most_one_rejected(alpha):
+@pytest.mark.parametrize("alpha", [math.inf, -math.inf, math.nan])
+def test_non_finite_alpha_rejected(alpha):
     with pytest.raises(ValueError, match="alpha"):
         entmax_bisect(torch.randn(3, 4), alpha)
 
 
 @pytest.mark.parametrize("call,exc,word", [
     (lambda: entmax_bisect(torch.randn(3), "1.5"), TypeError, "alpha"),
+    (lambda: entmax_bisect(torch.randn(3, 4), torch.full((3, 4), 1.5)), ValueError, "alpha"),
+    (lambda: entmax_bisect(torch.randn(3, 4), torch.tensor([[1.5], [1.0], [2.0]])), ValueError,
+     "alpha"),
     (lambda: entmax_bisect(torch.randn(3), 1.5, n_iter=0), ValueError, "n_iter"),
     (lambda: entmax_bisect(torch.randn(3), 1.5, n_iter=2.5), TypeError, "n_iter"),
     (lambda: sparsemax(torch.randn(3, 4), dim=2), ValueError, "dim"),

@@ -1,0 +1,100 @@
+r"""α-entmax with a tensor α: a learnable α (per row, per head) and any α ≠ 1, α < 1 included.
+
+For a tensor ``alpha`` (broadcastable to ``z`` with size 1 along ``dim``) :func:`entmax_bisect`
+comes here. With :math:`X = (\alpha-1)(z - \max z)` and :math:`r = 1/(\alpha-1)`,
+:math:`p_i = (X_i - \tau)_+^{r}` and :math:`f(\tau) = \sum_i p_i - 1` has :math:`f(-1) \ge 0 \ge
+f(-(1/n)^{\alpha-1})` for every α ≠ 1 (for α < 1 the support is full and the bracket's ends
+swap order), so bisection on that bracket finds τ; the output is renormalized to sum to one, as
+in the ``entmax`` package.
+
+Backward (Peters, Niculae & Martins 2019; Correia, Niculae & Martins 2019 for α): with
+:math:`s_i = p_i^{2-\alpha}` on the support,
+:math:`\partial L/\partial z = s\odot g - s\,(s^\top g)/(1^\top s)` and
+
+.. math::
+    \frac{\partial L}{\partial\alpha} = \sum_i g_i\Big[\frac{p_i - \tilde s_i}{(\alpha-1)^2}
+        - \frac{p_i\log p_i - \tilde s_i \sum_j p_j \log p_j}{\alpha-1}\Big],
+    \qquad \tilde s = s / 1^\top s .
+"""
+from __future__ import annotations
+
+
+import torch
+
+__all__ = ["entmax_alpha"]
+
+
+def _check_tensor_alpha(alpha: torch.Tensor, z: torch.Tensor, dim: int) -> torch.Tensor:
+    if alpha.is_complex() or not (alpha.is_floating_point() or alpha.dtype in (torch.int32, torch.int64)):
+        raise TypeError(f"alpha must be a real tensor, got dtype {alpha.dtype}")
+    a = alpha.to(device=z.device, dtype=z.dtype)
+    try:
+        shape = torch.broadcast_shapes(a.shape, z.shape)
+    except RuntimeError:
+        shape = None
+    lead = [1] * (z.ndim - a.ndim) + list(a.shape) if a.ndim <= z.ndim else None
+    if shape != z.shape or lead is None or lead[dim] != 1:
+        raise ValueError(f"alpha of shape {tuple(alpha.shape)} must broadcast to z's shape "
+                         f"{tuple(z.shape)} with size 1 along dim={dim} (one α per row or head)")
+    with torch.no_grad():
+        bad = ~torch.isfinite(a) | (a == 1)
+        if bool(bad.any()):
+            raise ValueError("alpha must be finite and different from 1 (alpha = 1 is softmax: "
+                             "use torch.softmax, or a float alpha = 1.0)")
+    return a.reshape(lead).expand([1 if i == dim else s for i, s in enumerate(z.shape)])
+
+
+class _EntmaxAlphaFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, zmax, alpha, dim, n_iter):
+        am1 = alpha - 1.0
+        X = (z - zmax) * am1
+        r = 1.0 / am1
+        n = z.shape[dim]
+        lo = torch.full_like(am1, -1.0)            # f(lo) ≥ 0
+        hi = -torch.pow(torch.full_like(am1, 1.0 / n), am1)  # f(hi) ≤ 0
+        for _ in range(n_iter):
+            mid = 0.5 * (lo + hi)
+            f = torch.pow((X - mid).clamp(min=0), r).sum(dim, keepdim=True) - 1.0
+            up = f >= 0
+            lo = torch.where(up, mid, lo)
+            hi = torch.where(up, hi, mid)
+        p = torch.pow((X - lo).clamp(min=0), r)
+        p = p / p.sum(dim, keepdim=True)
+        ctx.save_for_backward(p, alpha)
+        ctx.dim = dim
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, alpha = ctx.saved_tensors
+        dim = ctx.dim
+        support = p > 0
+        s = torch.where(support, torch.pow(p.clamp(min=torch.finfo(p.dtype).tiny), 2.0 - alpha),
+                        torch.zeros_like(p))
+        ssum = s.sum(dim, keepdim=True)
+        gz = s * grad
+        gz = gz - s * gz.sum(dim, keepdim=True) / ssum
+        galpha = None
+        if ctx.needs_input_grad[2]:
+            am1 = alpha - 1.0
+            plogp = torch.where(support, p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny)),
+                                torch.zeros_like(p))
+            skew = s / ssum
+            ent = plogp.sum(dim, keepdim=True)
+            term = (p - skew) / am1**2 - (plogp - skew * ent) / am1
+            galpha = (grad * term).sum(dim, keepdim=True)
+        return gz, None, galpha, None, None
+
+
+def entmax_alpha(z: torch.Tensor, zmax: torch.Tensor, alpha: torch.Tensor, dim: int,
+                 n_iter: int) -> torch.Tensor:
+    """α-entmax of validated ``z`` with a tensor ``alpha`` (see the module docstring).
+
+    Returns ``p`` with ``z``'s shape; the gradient reaches ``alpha`` (summed over broadcast
+    dimensions by autograd when ``alpha`` was smaller than ``z``).
+    """
+    a = _check_tensor_alpha(alpha, z, dim)
+    if alpha.requires_grad and not a.requires_grad:  # int tensors cannot carry a gradient
+        raise TypeError("alpha requires a gradient but is not a floating tensor")
+    return _EntmaxAlphaFunction.apply(z, zmax, a, dim, n_iter)
