@@ -14,8 +14,10 @@ training points :math:`x_1, \dots, x_n`, :math:`D` is the Gaussian-kernel local 
 The module holds that denoiser and its score, the closed-form posterior mean of an isotropic
 Gaussian mixture (an independent check of Tweedie's formula), two samplers that accept *any*
 denoiser ``denoiser(x, sigma) -> (m, d)`` (annealed Langevin dynamics :cite:`song2019generative`
-and the deterministic probability-flow / DDIM sampler :cite:`ho2020ddpm`), a small denoising
-autoencoder :cite:`vincent2011` with its training loop, and the modern Hopfield update
+and the deterministic DDIM sampler of Song, Meng & Ermon :cite:`song2021ddim`, i.e. Euler steps
+on the probability-flow ODE :cite:`song2021sde,karras2022edm`; DDIM is a fast deterministic
+sampler for the diffusion models (DDPM) of :cite:`ho2020ddpm`), a small denoising autoencoder
+:cite:`vincent2011` with its training loop, and the modern Hopfield update
 :cite:`ramsauer2021hopfield`, a local mean with an exponential dot-product kernel.
 """
 from __future__ import annotations
@@ -231,7 +233,10 @@ def annealed_langevin(
 
 @torch.no_grad()
 def probability_flow_sample(denoiser: Denoiser, x_init, sigmas, final_denoise: bool = True) -> torch.Tensor:
-    r"""The deterministic sampler (DDIM, :math:`\eta = 0`; Euler on the probability-flow ODE).
+    r"""The deterministic DDIM sampler (:math:`\eta = 0`), Song, Meng & Ermon :cite:`song2021ddim`.
+
+    It is the Euler method on the probability-flow ODE :cite:`song2021sde`, written in the
+    variance-exploding form of :cite:`karras2022edm`.
 
     The variance-exploding probability-flow ODE is :math:`dx/d\sigma = (x - D(x, \sigma))/\sigma`;
     one Euler step from :math:`\sigma` to :math:`\sigma'` is

@@ -186,6 +186,25 @@ def test_probability_flow_step_formula():
     torch.testing.assert_close(out, d + 0.25 * (q - d), rtol=0, atol=1e-12)
 
 
+def test_probability_flow_is_ddim_with_eta_zero():
+    """Oracle: DDIM (Song, Meng & Ermon 2021, eq. 12 with σ_t = 0) in its own variance-preserving
+    coordinates, x_t = √ᾱ_t x_0 + √(1 − ᾱ_t) ε, run step by step and mapped back by
+    x_VE = x_VP / √ᾱ, σ = √((1 − ᾱ)/ᾱ), gives the probability-flow sampler's trajectory."""
+    x, q = _data(n=40, d=3, m=30, seed=4)
+    den = lb.empirical_denoiser(x)
+    sigmas = lb.sigma_schedule(5.0, 0.05, 12)
+    abar = 1.0 / (1.0 + sigmas**2)  # σ² = (1 − ᾱ)/ᾱ
+    xt = q * abar[0].sqrt()  # the same starting point, in VP coordinates
+    for a, a_next, s in zip(abar[:-1], abar[1:], sigmas[:-1]):
+        x0_hat = den(xt / a.sqrt(), float(s))  # the denoiser sees the VE point x_t/√ᾱ_t
+        eps_hat = (xt - a.sqrt() * x0_hat) / (1 - a).sqrt()
+        xt = a_next.sqrt() * x0_hat + (1 - a_next).sqrt() * eps_hat
+    out = lb.probability_flow_sample(den, q, sigmas, final_denoise=False)
+    # rounding: a dozen steps of O(n)-term weighted sums of O(1) values, in float64
+    tol = 12 * 40 * torch.finfo(torch.float64).eps * float(q.abs().max() + x.abs().max())
+    torch.testing.assert_close(out, xt / abar[-1].sqrt(), rtol=0, atol=tol)
+
+
 def test_langevin_single_step_formula():
     x, q = _data()
     den = lb.empirical_denoiser(x)
