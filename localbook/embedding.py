@@ -336,8 +336,10 @@ def triplet_embedding(x, n_components: int = 2, n_inliers: int = 10, n_outliers:
 
     Starts from PCA scaled to standard deviation 0.01 per axis (or ``init (n, n_components)``) and
     runs ``n_iter`` full-batch Adam steps (learning rate ``lr``) in torch. ``x (n, d)`` →
-    ``(n, n_components)`` on ``x``'s device and dtype. Not the ``trimap`` package: same triplets,
-    weights and loss, a different optimizer (TriMap uses delta-bar-delta gradient descent).
+    ``(n, n_components)`` on ``x``'s device and dtype. Not the ``trimap`` package: the same kind
+    of triplets and the same loss, the weights of the TriMap paper (``trimap`` 1.2 uses a
+    tempered logarithm instead of :math:`\log(1 + \gamma\tilde\omega)`), and a different
+    optimizer (``trimap`` uses delta-bar-delta gradient descent).
     """
     x = check_points(x, "x")
     n_components = check_positive_int(n_components, "n_components", maximum=x.shape[1])

@@ -180,6 +180,41 @@ def test_triplet_hyperkernel_is_two_point_local_mean_weight():
         assert kap.item() == pytest.approx((s / s.sum())[0].item())
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.0, 50.0), st.floats(0.0, 50.0))
+def test_triplet_loss_gradients_in_squared_distances(dij2, dik2):
+    # TriMap: d(1 - kappa)/d dij2 = kappa (1 - kappa) s_ij; t-STE: d(-log kappa)/d dij2 =
+    # (1 - kappa) s_ij > 0 (pulls j in); both push k away with the s_ik analogues. The
+    # squared distances are realized by points, so lb.triplet_loss itself is differentiated.
+    y = torch.tensor([[0.0, 0.0], [dij2 ** 0.5, 0.0], [0.0, dik2 ** 0.5]], requires_grad=True)
+    t = torch.tensor([[0, 1, 2]])
+    sij, sik = 1 / (1 + dij2), 1 / (1 + dik2)
+    kap = sij / (sij + sik)
+    for kind, fac in [("trimap", kap * (1 - kap)), ("ste", 1 - kap)]:
+        (g,) = torch.autograd.grad(lb.triplet_loss(y, t, kind=kind), y)
+        # chain rule: dL/dy_j = 2 (y_j - y_i) dL/d dij2, dL/dy_k = 2 (y_k - y_i) dL/d dik2
+        expect_j = 2 * (y[1] - y[0]).detach() * fac * sij
+        expect_k = -2 * (y[2] - y[0]).detach() * fac * sik
+        tol = 1e-12 * (1 + abs(dij2) ** 0.5 + abs(dik2) ** 0.5)
+        assert torch.allclose(g[1], expect_j, rtol=1e-10, atol=tol)
+        assert torch.allclose(g[2], expect_k, rtol=1e-10, atol=tol)
+
+
+def test_ste_pull_vanishes_more_slowly_than_trimap():
+    # with c = 1 + dik2 fixed the pulls are exactly c/(c + 1 + D)^2 and 1/(c + 1 + D), D = dij2
+    c = 2.0
+    D = torch.tensor([1e2, 1e4, 1e6], requires_grad=True)
+    kap = c / (c + 1 + D)
+    (p_tm,) = torch.autograd.grad((1 - kap).sum(), D, retain_graph=True)
+    (p_ste,) = torch.autograd.grad(-torch.log(kap).sum(), D)
+    D = D.detach()
+    torch.testing.assert_close(p_tm, c / (c + 1 + D) ** 2)
+    torch.testing.assert_close(p_ste, 1 / (c + 1 + D))
+    assert bool((p_ste[1:] < p_ste[:-1]).all() and (p_tm[1:] < p_tm[:-1]).all())  # both vanish
+    ratio = p_ste / p_tm  # = 1/kappa
+    assert bool((ratio[1:] > ratio[:-1]).all())  # t-STE's vanishes more slowly
+
+
 def test_trimap_triplets_are_ordered_and_weighted():
     from sklearn.datasets import load_digits
 
@@ -192,7 +227,7 @@ def test_trimap_triplets_are_ordered_and_weighted():
 
 
 def test_triplet_embedding_is_trustworthy():
-    # the trimap package is not installed here: compare with PCA through sklearn's trustworthiness
+    # against PCA through sklearn's trustworthiness (the trimap package: the oracle test below)
     from sklearn.datasets import load_digits
     from sklearn.decomposition import PCA
     from sklearn.manifold import trustworthiness
@@ -203,6 +238,23 @@ def test_triplet_embedding_is_trustworthy():
     t_ours = trustworthiness(X, Y.numpy(), n_neighbors=10)
     t_pca = trustworthiness(X, PCA(2).fit_transform(X), n_neighbors=10)
     assert t_ours > t_pca + 0.05
+
+
+def test_trimap_loss_and_gradient_match_the_trimap_package():
+    tt = pytest.importorskip("trimap.torch_trimap")  # optional: pip install trimap==1.2.0
+    g = torch.Generator().manual_seed(6)
+    y = torch.randn(25, 2, generator=g)
+    trip = torch.randint(0, 25, (200, 3), generator=g)
+    trip = trip[(trip[:, 0] != trip[:, 1]) & (trip[:, 0] != trip[:, 2]) & (trip[:, 1] != trip[:, 2])]
+    w = torch.rand(len(trip), generator=g)
+    yr = y.clone().requires_grad_(True)
+    ours = lb.triplet_loss(yr, trip, weights=w, kind="trimap")
+    (g_ours,) = torch.autograd.grad(ours, yr)
+    theirs = tt.trimap_loss(y, trip, w, reduction="sum")
+    g_theirs, loss_theirs, _ = tt.trimap_explicit_grad(y, trip, w, reduction="sum")
+    torch.testing.assert_close(ours.detach(), theirs)
+    torch.testing.assert_close(ours.detach(), loss_theirs)
+    torch.testing.assert_close(g_ours, g_theirs)
 
 
 def test_ordinal_embedding_recovers_points_from_comparisons():
