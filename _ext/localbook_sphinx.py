@@ -40,7 +40,7 @@ def _package_dir() -> Path:
 
 # modules re-exported at the top level (documented as ``localbook.name``), then the namespaces
 CORE = ["kernels", "local_mean"]
-NAMESPACES = ["datasets", "plotting", "widgets"]
+NAMESPACES = ["datasets", "plotting", "widgets", "estimators", "notebook"]
 TOOLS = ["assignments"]
 
 
@@ -51,7 +51,8 @@ def chapter_modules():
 
 
 def check_modules():
-    return sorted(p.stem for p in (_package_dir() / "check").glob("ch[0-9][0-9].py"))
+    return sorted(p.stem for p in (_package_dir() / "check").glob("*.py")
+                  if not p.stem.startswith("_"))
 
 
 def _entries():
