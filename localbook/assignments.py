@@ -10,6 +10,8 @@
   ``# your code here`` / ``raise NotImplementedError``;
 * every ``{solution}`` block (and every ``{solution-start}`` … ``{solution-end}`` region) is removed
   from the markdown, and a markdown cell left empty is dropped;
+* code cells tagged ``remove-cell`` (the instructor's hidden checks of a written solution, which
+  read the solution's names and are never shown on the website) are dropped;
 * self-check cells and everything else are kept, outputs and execution counts are cleared, and a
   note under the title says what the student's part is.
 
@@ -207,6 +209,8 @@ def make_student_notebook(nb):
                 continue
             cell.source = text
         elif cell.cell_type == "code":
+            if "remove-cell" in tags:
+                continue  # a hidden check of a solution: it reads names only the solution defines
             if "solution" in tags or gated:
                 cell.source = stub_code(cell.source)
                 cell.metadata["tags"] = [t for t in tags if t != "solution"] + [STUB_TAG]

@@ -3,8 +3,10 @@ r"""Local means: Nadaraya–Watson, local linear regression, KNN, and leave-one-
 Every estimator here is a *linear smoother*: the prediction at a query ``x*`` is
 :math:`\hat y(x^*) = \sum_i \ell_i(x^*)\, y_i` with weights that sum to one. For Nadaraya–Watson
 :math:`\ell_i = K(x^*, x_i) / \sum_j K(x^*, x_j)`; local linear regression has an *equivalent
-kernel* :math:`\ell_i` that may be negative; KNN uses the rank kernel :math:`1/k` on the ``k``
-nearest points.
+kernel* :math:`\ell_i` (the *empirical kernel* of Song's localization framework) that may be
+negative; KNN uses the rank kernel :math:`1/k` on the ``k`` nearest points. Weights summing to
+one are not what makes leave-one-out free: :func:`loo_cv_score` needs a kernel fixed in advance
+(deleting a point zeroes its own weight and leaves the others), which the rank kernel is not.
 """
 from __future__ import annotations
 
@@ -130,7 +132,8 @@ def local_linear(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch.Te
 def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
     r"""The local-linear weights :math:`\ell_i(x^*)`, ``(m, n)``: ``local_linear = equivalent_kernel @ y``.
 
-    Each row sums to one; entries can be negative (near a boundary, where the fitted line
+    Also called the empirical kernel: local linear regression is the local mean under it. Each
+    row sums to one; entries can be negative (near a boundary, where the fitted line
     extrapolates). In 1-D, :math:`\ell_i \propto K_i (S_2 - (x_i - x^*) S_1)` with the local
     moments :math:`S_j = \sum_l K_l (x_l - x^*)^j`: for :math:`K_i > 0` the weight is negative
     exactly when :math:`(x_i - x^*) S_1 > S_2`, i.e. beyond :math:`x^* + S_2/S_1`, on the side
