@@ -1,7 +1,9 @@
 r"""Attention as a temporal self-local mean, and a small Transformer built from it.
 
 A sequence :math:`x_1, \dots, x_T` is a sample whose points carry a *time* as well as a value.
-With queries :math:`q_t = W_q x_t`, keys :math:`k_s = W_k x_s` and values :math:`v_s = W_v x_s`,
+With queries :math:`q_t = W_q^\top x_t`, keys :math:`k_s = W_k^\top x_s` and values
+:math:`v_s = W_v^\top x_s`
+(:math:`W_q, W_k \in \mathbb R^{D\times d}`, so the query matrix is :math:`XW_q`),
 the *temporal self-local mean* with the kernel
 
 .. math:: K(x_t, t, x_s, s) = \exp(\langle q_t, k_s\rangle \cdot c)\; \kappa(t, s)
@@ -628,9 +630,9 @@ class DiscreteKernel(nn.Module):
     The prediction after token ``a`` is the local mean of the one-hot next tokens ``e_b`` with
     weights ``K(a, b)``: :math:`p(b \mid a) = K(a, b) / \sum_{b'} K(a, b')`, ``K = exp(L)``.
     ``rank=None`` learns the full ``(V, V)`` log kernel ``L``; ``rank = r`` factorizes it as
-    :math:`L = Q K^\top/\sqrt r + \mathbf 1 \beta^\top` (``Q (V, r)`` embeds the current token,
-    ``K (V, r)`` the next one, β is a per-next-token bias). This has the bilinear form of a
-    query–key score, but it compares the current token with the *next* one: it is a factorized
+    :math:`L = U W^\top/\sqrt r + \mathbf 1 \beta^\top` (``U = query (V, r)`` embeds the current
+    token, ``W = key (V, r)`` the next one, ``β = bias`` is a per-next-token bias). This has
+    the bilinear form of a query–key score, but it compares the current token with the *next* one: it is a factorized
     (log-bilinear) output layer, not attention, whose query–key kernel compares the current token
     with the earlier ones. ``forward(idx (..., T))`` returns logits ``(..., T, V)``.
     """

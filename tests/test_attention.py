@@ -395,3 +395,20 @@ def test_temporal_as_dict_and_sparse_layer_gradients():
     m(idx).sum().backward()
     assert m.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
     assert bool((m.attention_weights(idx)[0] == 0).any())
+
+
+@given(V=st.integers(2, 8), r=st.integers(1, 4), n=st.integers(2, 60), seed=st.integers(0, 10_000))
+@settings(max_examples=40, deadline=None)
+def test_attention_over_a_token_memory_is_the_grouped_kernel_bigram(V, r, n, seed):
+    """One-hot queries and keys through W_q, W_k, values the one-hot next tokens of a memory:
+    the attention output is (K C)/(K n) with K(a, a') = exp(<W_q e_a, W_k e_a'>/sqrt r) and C the
+    bigram counts of the memory (the chapter's query-key kernel between current tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    mem = torch.randint(0, V, (n,), generator=g)
+    Wq, Wk = torch.randn(V, r, generator=g), torch.randn(V, r, generator=g)
+    out = A.local_mean_attention(Wq, Wk[mem[:-1]], torch.nn.functional.one_hot(mem[1:], V).double(),
+                                 scale=1 / math.sqrt(r))
+    K = torch.exp(Wq @ Wk.T / math.sqrt(r))
+    C = A.bigram_counts(mem, V)
+    grouped = (K @ C) / (K @ C.sum(1))[:, None]
+    torch.testing.assert_close(out, grouped, rtol=1e-12, atol=1e-12)
