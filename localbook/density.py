@@ -280,7 +280,10 @@ def mean_shift(
     r"""Mean shift clustering: move every seed to its self-local mean until it stops, merge, label.
 
     Each seed iterates :math:`s \leftarrow m(s) = \sum_i K(s, x_i) x_i / \sum_i K(s, x_i)` — for the
-    Gaussian kernel a gradient step :math:`s + h^2 \nabla\log\hat p(s)`. All seeds move together;
+    Gaussian kernel a gradient step :math:`s + h^2 \nabla\log\hat p(s)`. ``kernel`` names the
+    weight profile :math:`g` of this average; the density climbed is the KDE of its shadow
+    :math:`k` (:math:`g = -k'(u)/u`): ``"uniform"`` climbs :func:`kde` with ``"epanechnikov"``,
+    the Gaussian its own KDE. All seeds move together;
     a seed whose step is at most ``tol`` bandwidths is frozen (never recomputed), and so is every
     seed after ``max_iter + 1`` steps: as in scikit-learn, ``max_iter`` bounds the steps *before*
     the last one (``max_iter=0`` takes exactly one step), and ``n_iter`` counts them the same way
@@ -360,8 +363,9 @@ def blurring_mean_shift(
     Every iteration replaces all points by their self-local means over the *current* points, so the
     density being climbed changes as it is climbed: clusters contract to points (fast), then the
     points drift towards each other; with the Gaussian kernel and enough iterations everything
-    collapses to one point, while with a compact kernel groups more than a bandwidth apart never
-    interact. Stops when no point moves more than ``tol`` bandwidths (or after ``max_iter``
+    collapses to one point, while with a compact kernel groups whose *convex hulls* are more than
+    a bandwidth apart never interact (each point moves to a mean of its own group, so the hulls
+    only shrink; points that are merely more than a bandwidth from the other group can merge). Stops when no point moves more than ``tol`` bandwidths (or after ``max_iter``
     steps; ``n_iter`` counts the steps taken); the final points are merged as in
     :func:`mean_shift` and each point is labelled by the mode nearest to where it ended.
     Shapes: ``x (n, d)``; ``path`` is ``(n_iter + 1, n, d)``.
@@ -474,8 +478,9 @@ def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1, *,
     r"""Medoid shift (Sheikh, Khan & Kanade 2007): shifts restricted to the data points.
 
     Point :math:`i` moves to the data point :math:`j` minimizing the local weighted spread
-    :math:`\sum_l w_{il}\, d(x_l, x_j)^2` (weights :math:`w_{il} \propto K(x_i, x_l)`), or stays
-    put when it is itself a minimizer. For Euclidean distances
+    :math:`\sum_l w_{il}\, d(x_l, x_j)^2` (weights :math:`w_{il} \propto g(d(x_i, x_l)/h)` with
+    :math:`g` the profile named by ``kernel``; the density climbed is that of its shadow, and for
+    the Gaussian :math:`g = k`), or stays put when it is itself a minimizer. For Euclidean distances
     :math:`\sum_l w_{il}|x_l - x_j|^2 = \sum_l w_{il}|x_l - m_i|^2 + |m_i - x_j|^2` for the local
     mean :math:`m_i`, so the successor is the data point nearest :math:`m_i`; that is how
     coordinates are handled (chunked, no ``n × n`` spread matrix). With

@@ -1,5 +1,10 @@
 r"""Imputing missing pixels with a two-layer local-mean autoencoder.
 
+Song (2026) proposes a two-layer local-mean "autoencoder" (pixel level and image level) for
+imputing Fashion-MNIST; the construction below is this package's reading of it. "Autoencoder" in
+the loose sense: an incomplete image is mapped to a complete reconstruction, with no learned code —
+the stored reference images play the role of the parameters.
+
 Missing values are NaN; ``m_ip = 1`` where pixel ``p`` of image ``i`` is observed, ``r_p`` is
 the (row, column) position of pixel ``p`` and ``P`` the number of pixels.
 
@@ -69,7 +74,9 @@ __all__ = [
 def missing_at_random_mask(shape, rate: float, seed: int = 0) -> np.ndarray:
     """A boolean mask, ``True`` = missing, each entry missing independently with probability ``rate``.
 
-    ``shape`` is ``(n_samples, n_features)``; returns a numpy ``bool`` array of that shape.
+    The mask depends on no data value, so in Rubin's (1976) terms the values are *missing
+    completely at random* (MCAR); the function keeps the everyday name. ``shape`` is
+    ``(n_samples, n_features)``; returns a numpy ``bool`` array of that shape.
     """
     rate = check_positive_float(rate, "rate", allow_zero=True)
     if rate >= 1:

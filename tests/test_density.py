@@ -215,6 +215,42 @@ def test_blurring_mean_shift_collapses():
     assert res.modes.shape == (3, 2) and adjusted_rand_score(y.numpy(), res.labels.numpy()) == 1.0
 
 
+def _hull_gap(a, b):
+    """Distance between the convex hulls of two planar point sets with disjoint hulls (closest
+    pair: a vertex against an edge; every segment between two points of a set lies in its hull)."""
+    def to_segments(p, s):
+        s0, ds = s[:, None, :], s[None, :, :] - s[:, None, :]
+        t = ((p[:, None, None, :] - s0) * ds).sum(-1) / (ds ** 2).sum(-1).clamp(min=1e-300)
+        foot = s0 + t.clamp(0, 1)[..., None] * ds
+        return float(torch.linalg.vector_norm(p[:, None, None, :] - foot, dim=-1).min())
+    return min(to_segments(a, b), to_segments(b, a))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), shift=st.floats(1.05, 3.0), kernel=st.sampled_from(["uniform", "epanechnikov", "biweight"]))
+def test_blurring_compact_kernel_hulls_never_approach(seed, shift, kernel):
+    # two groups whose hulls are more than a bandwidth apart: the gap between the hulls never shrinks
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(12, 2, generator=g, dtype=torch.float64)
+    b = torch.rand(12, 2, generator=g, dtype=torch.float64) + torch.tensor([1.0 + shift, 0.0], dtype=torch.float64)
+    x = torch.cat([a, b])
+    res = lb.blurring_mean_shift(x, 1.0, kernel, max_iter=15, tol=0.0, return_path=True)
+    gap0 = _hull_gap(a, b)
+    assert gap0 > 1.0
+    tol = 64 * torch.finfo(torch.float64).eps * 5.0
+    for p in res.path:
+        assert _hull_gap(p[:12], p[12:]) >= gap0 - tol
+
+
+def test_blurring_compact_kernel_points_apart_can_still_merge():
+    # every cross-group distance exceeds h, yet the pair's midpoint comes within reach of the third
+    trio = torch.tensor([[-0.5, 0.0], [0.5, 0.0], [0.0, -1.05]], dtype=torch.float64)
+    assert float(_cdist(trio[:2], trio[2:]).min()) > 1.1
+    res = lb.blurring_mean_shift(trio, 1.1, "uniform", max_iter=5, tol=0.0, return_path=True)
+    torch.testing.assert_close(res.path[2], torch.tensor([[0.0, -0.35]], dtype=torch.float64).expand(3, 2))
+    assert len(res.modes) == 1
+
+
 def test_pc_shift_finds_circle_ridge(device):
     g = torch.Generator().manual_seed(0)
     t = torch.rand(300, generator=g, dtype=torch.float64) * 2 * math.pi
