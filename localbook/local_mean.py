@@ -63,6 +63,25 @@ def nadaraya_watson(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch
     return mean[:, 0] if squeeze else mean
 
 
+_SLOPE_CUTOFF = 1e-10  # covariance eigenvalue (bandwidth units) below which a slope is unknown
+
+
+def _smooth_pinv_solve(cov: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    r"""``C⁺ r`` for a batch of symmetric PSD ``cov (rows, d, d)`` with a *smooth* cut-off.
+
+    Each eigen-direction is scaled by :math:`\lambda_j/(\lambda_j^2 + c^2)` (Tikhonov-filtered
+    pseudo-inverse, :math:`c` = ``_SLOPE_CUTOFF``) instead of a hard threshold: a hard
+    ``pinv(atol=c)`` jumps when rounding moves an eigenvalue across ``c`` (permuting the data then
+    changed the fit by 1e-5), the filter is continuous, flat at :math:`\lambda = c`, and differs
+    from :math:`1/\lambda` by the relative factor :math:`(c/\lambda)^2` (1e-8 at λ = 1e-6).
+    """
+    evals, evecs = torch.linalg.eigh(cov)
+    evals = evals.clamp(min=0.0)  # rounding can make a PSD matrix's smallest eigenvalue < 0
+    filt = evals / (evals * evals + _SLOPE_CUTOFF**2)
+    coef = (evecs.transpose(1, 2) @ r[..., None])[..., 0] * filt
+    return (evecs @ coef[..., None])[..., 0]
+
+
 def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
     r"""Local-linear equivalent kernel for one chunk of queries, ``(rows, n)``.
 
@@ -73,8 +92,9 @@ def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
     :math:`\ell_i = w_i / S_0 + w_i (x_i - \bar x_w)^\top C^{+} (q - \bar x_w)`, whose weights sum
     to one. Directions in which the neighbourhood's weighted spread is below ``1e-5`` bandwidths
     (covariance eigenvalue below ``1e-10`` in bandwidth units) carry no information about the
-    slope: the pseudo-inverse sets the slope there to zero, i.e. the fit is a local constant
-    along them (a single effective neighbour gives the Nadaraya–Watson value).
+    slope: the smooth pseudo-inverse of :func:`_smooth_pinv_solve` sets the slope there to zero,
+    i.e. the fit is a local constant along them (a single effective neighbour gives the
+    Nadaraya–Watson value).
     """
     lw = log_weights(xq, x, h, kern, center)
     top = lw.max(dim=1, keepdim=True).values
@@ -88,7 +108,7 @@ def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
     wd = w[..., None] * diff
     C = wd.transpose(1, 2) @ diff  # (rows, d, d)
     cov = C / s0[..., None]  # weighted covariance in bandwidth units
-    v = (torch.linalg.pinv(cov, atol=1e-10, hermitian=True) @ (qs - xbar)[..., None])[..., 0] / s0  # (rows, d)
+    v = _smooth_pinv_solve(cov, qs - xbar) / s0  # (rows, d)
     ell = w / s0 + (wd @ v[..., None])[..., 0]
     empty = torch.isneginf(top[:, 0])
     if bool(empty.any()):
