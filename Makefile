@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export LOCALBOOK_STATIC := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: book test unit nbval build-strict assignments bench clean install web-assets browser slow data
+.PHONY: book test lint unit nbval build-strict assignments bench clean install web-assets browser slow data
 
 install: $(STAMP)
 
@@ -62,6 +62,9 @@ book: $(STAMP) $(WEB_ASSETS) data
 	$(VENV)/bin/jupyter-book build --all . -W -n --keep-going
 	@echo "Website built: open _build/html/index.html"
 
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
 unit: $(STAMP) data
 	$(PY) -m pytest tests -m "not slow" -n $(JOBS) -q
 
@@ -72,7 +75,7 @@ nbval: $(STAMP) data
 slow: $(STAMP) browser
 	$(PY) -m pytest tests -m slow -q
 
-test: unit nbval book slow
+test: lint unit nbval book slow
 
 assignments: $(STAMP)
 	$(PY) -m localbook.assignments book _build/assignments

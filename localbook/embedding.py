@@ -15,7 +15,6 @@ r"""Embeddings as local means: LLE, asymmetric MDS, and triplet (hyperkernel) em
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 

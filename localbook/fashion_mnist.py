@@ -24,7 +24,7 @@ import os
 import tempfile
 import urllib.request
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import numpy as np
 

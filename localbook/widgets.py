@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Callable, Dict, List, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 __all__ = ["is_static", "interactive_figure"]
 

@@ -3,7 +3,6 @@ gone, self-checks stay, outputs are cleared, nothing of the solutions leaks, and
 notebook runs with the stubs' NotImplementedError as its only errors."""
 import ast
 import os
-import re
 import sys
 from pathlib import Path
 

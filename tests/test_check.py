@@ -1,6 +1,5 @@
 """Self-checks (localbook.check): a right answer passes, typical wrong answers fail with a
 specific hint, a stub says "not implemented yet", and strict mode (book build / CI) raises."""
-import numpy as np
 import pytest
 import torch
 

@@ -78,7 +78,6 @@ def test_small_chunks_give_same_answer(monkeypatch):
     x, y, q = _data(200, 2)
     ref_nw, ref_ll = lb.nadaraya_watson(q, x, y, 0.3), lb.local_linear(q, x, y, 0.3)
     import localbook.kernels as kern
-    import localbook.local_mean as lm
 
     monkeypatch.setattr(kern, "CPU_MEMORY_BUDGET", 4096)
     monkeypatch.setattr(kern, "MEMORY_BUDGET", 4096)

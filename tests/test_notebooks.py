@@ -1,5 +1,4 @@
 """Notebook hygiene: every chapter is in the table of contents, stored clean, and self-contained."""
-import json
 import re
 from pathlib import Path
 

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ._common import Case, Mismatch, as_vector, close, fmt, fmt_vec, new_generator, run_check
+from ._common import Case, Mismatch, as_vector, close, fmt, new_generator, run_check
 
 __all__ = ["loo_shortcut", "equivalent_kernel_1d"]
 
