@@ -27,6 +27,7 @@ from .fashion_mnist import *  # noqa: F401,F403
 from .metrics import *  # noqa: F401,F403
 from .sagl import *  # noqa: F401,F403
 from .local_decisions import *  # noqa: F401,F403
+from .metric import *  # noqa: F401,F403
 # (end of chapter modules)
 
 # scikit-learn estimators load on first use: scikit-learn costs import time nobody else pays for
