@@ -7,7 +7,6 @@ Call them on your own function inside an exercise cell::
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional
 
 import torch
