@@ -205,11 +205,14 @@ def annealed_langevin(
     r"""Annealed Langevin dynamics (Song & Ermon, 2019) driven by a denoiser.
 
     For each level :math:`\sigma` of the non-increasing schedule ``sigmas``, ``n_steps`` updates
-    :math:`x \leftarrow x + \tfrac{\alpha}{2} s(x) + \sqrt{\alpha}\, z`, with the score from
-    Tweedie :math:`s(x) = (D(x, \sigma) - x)/\sigma^2`, step :math:`\alpha = \text{step\_size}\cdot\sigma^2`
+    :math:`x \leftarrow x + \tfrac{\eta}{2} s(x) + \sqrt{\eta}\, z`, with the score estimate
+    :math:`s(x) = (D(x, \sigma) - x)/\sigma^2` (Tweedie; exact when ``D`` is the posterior mean),
+    step :math:`\eta = \text{step\_size}\cdot\sigma^2`
     (Song & Ermon's :math:`\epsilon\,\sigma^2/\sigma_L^2` with ``step_size`` :math:`= \epsilon/\sigma_L^2`)
-    and :math:`z \sim N(0, I)` drawn from ``generator``. With ``final_denoise`` the result is
-    :math:`D(x, \sigma_L)` (the noise-free posterior mean at the last level).
+    and :math:`z \sim N(0, I)` drawn from ``generator``. With ``final_denoise`` (the default) one
+    extra step returns :math:`D(x, \sigma_L)`, the posterior mean at the last level, which removes
+    the noise left at :math:`\sigma_L`. That step is an addition: Song & Ermon's (2019) algorithm
+    ends with the last Langevin update (``final_denoise=False``).
 
     ``denoiser(x, sigma)`` maps ``(m, d)`` to ``(m, d)`` (:func:`empirical_denoiser`, a trained
     :class:`DenoisingAutoencoder`, ...). ``x_init (m, d)`` are the starting points (typically

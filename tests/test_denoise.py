@@ -216,6 +216,25 @@ def test_langevin_single_step_formula():
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
 
 
+def test_langevin_final_denoise_is_one_extra_denoising_step():
+    """final_denoise=True = the plain Song & Ermon chain, then D(x, sigma_L) once."""
+    x, q = _data()
+    den = lb.empirical_denoiser(x)
+    sigmas = lb.sigma_schedule(2.0, 0.1, 4)
+    kw = dict(n_steps=3, step_size=0.1)
+    plain = lb.annealed_langevin(den, q, sigmas, generator=torch.Generator().manual_seed(4),
+                                 final_denoise=False, **kw)
+    final = lb.annealed_langevin(den, q, sigmas, generator=torch.Generator().manual_seed(4), **kw)
+    # the extra step, computed independently: x + sigma_L^2 * autograd score of log p_sigma_L
+    s_l = float(sigmas[-1])
+    z = plain.clone().requires_grad_(True)
+    (score,) = torch.autograd.grad(_log_p_sigma(z, x, s_l).sum(), z)
+    tol = 60 * torch.finfo(torch.float64).eps * float(plain.abs().max() + x.abs().max())
+    torch.testing.assert_close(final, plain + s_l**2 * score, rtol=0, atol=tol)
+    # and the step moves the samples: without it they are not the posterior means
+    assert float((final - plain).abs().max()) > 1e3 * tol
+
+
 # --- the denoising autoencoder ----------------------------------------------------------------
 def test_dae_training_is_seeded_and_learns():
     g = torch.Generator().manual_seed(0)
