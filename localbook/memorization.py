@@ -13,11 +13,11 @@ features. Hence the **stability** :math:`S_{z_i}(z) = f(z, \theta^*) - f(z, \the
 .. math:: S_{z_i}(z) = F_\phi(z, z_i)\, S_{z_i}(z_i), \qquad
           F_\phi(z, z_i) = \frac{\phi(z)^\top P^\perp_{-i}\phi(z_i)}{\|P^\perp_{-i}\phi(z_i)\|^2},
 
-the **feature alignment**. With :math:`K = \Phi\Phi^\top`, :math:`A = K^{-1}`, :math:`r = G - \Phi\theta_0`
-and :math:`k(z) = \Phi\phi(z)` both have closed forms that need one :math:`N\times N` Cholesky
+the **feature alignment**. With :math:`K = \Phi\Phi^\top`, :math:`A = K^{-1}` and :math:`r = G - \Phi\theta_0`
+both have closed forms that need one :math:`N\times N` Cholesky
 factorization for *all* :math:`i` at once:
 
-.. math:: F_\phi(z, z_i) = [A\,k(z)]_i, \qquad S_{z_i}(z_i) = [A r]_i / A_{ii}.
+.. math:: F_\phi(z, z_i) = [A\,\Phi\phi(z)]_i, \qquad S_{z_i}(z_i) = [A r]_i / A_{ii}.
 
 The module also holds the random-feature and NTK feature maps, probabilists' Hermite polynomials
 and Hermite activations (ReLU's coefficients in closed form), the alignment constants (the
@@ -375,7 +375,7 @@ def _gauss_hermite(n_nodes: int):
 
 
 def hermite_coefficients(act, degree: int = 8, n_nodes: int = 200) -> torch.Tensor:
-    r"""Normalized Hermite coefficients :math:`\mu_l = \mathbb E_{g\sim N(0,1)}[\sigma(g)\, h_l(g)]`, ``l = 0..degree``.
+    r"""Normalized Hermite coefficients :math:`\mu_l = \mathbb E_{\xi\sim N(0,1)}[\sigma(\xi)\, h_l(\xi)]`, ``l = 0..degree``.
 
     Gauss–Hermite quadrature for the weight :math:`e^{-x^2/2}` (``numpy.polynomial.hermite_e.hermegauss``)
     with ``n_nodes`` nodes: exact for polynomial activations of degree ``< 2·n_nodes − degree``;
