@@ -1,46 +1,49 @@
 r"""Sparse attention graph learning (SAGL): a graph whose rows are sparse local means.
 
-Data: ``V`` views ``X⁽ᵛ⁾ (n, d_v)`` of the same ``n`` samples. The model (:class:`SparseAttentionGraph`)
+Data: ``V`` views ``X⁽ᵛ⁾ (n, d_v)`` of the same ``n`` samples, standardized
+(:func:`standardize_views`). The model (:class:`SparseAttentionGraph`)
 
-1. encodes each view, ``Z⁽ᵛ⁾ = normalize(f_v(X⁽ᵛ⁾))`` (``(n, C)``, unit rows);
-2. scores pairs with a **bilinear, asymmetric** similarity, averaged over views,
-   ``S = (1/V) Σ_v (Z⁽ᵛ⁾U_v)(Z⁽ᵛ⁾V_v)ᵀ / √C`` (``(n, n)``, ``Sᵢⱼ ≠ Sⱼᵢ``), with the diagonal
-   excluded (``Sᵢᵢ = −∞``: no point explains itself);
-3. sharpens row ``i`` by a **dynamic sparse gate** ``ωᵢ = σ(g(z̄ᵢ)) ∈ [0, 1]`` (a small MLP on
-   the mean code ``z̄ᵢ``): ``S̃ᵢⱼ = (1 + κ ωᵢ) Sᵢⱼ`` — a larger ``ωᵢ`` is a lower temperature, so
-   fewer, surer neighbours survive;
-4. projects every row onto the simplex with **1.5-entmax**, ``Aᵢ = entmax₁.₅(S̃ᵢ)``: rows sum to
-   one, ``Aᵢᵢ = 0``, and low scores get *exact* zeros — a sparse directed graph;
-5. aggregates with a residual, ``H = Z̄ + A Z̄ W`` (``(n, C)``).
+1. encodes each view by a small network and averages, ``z̄ᵢ = (1/V) Σ_v f_v(x⁽ᵛ⁾ᵢ)``, then
+   *batch-standardizes* the codes, ``Z = (Z̄ − mean)/(sd·√C)`` per coordinate (``(n, C)``, mean
+   squared row norm 1): the codes can neither shrink nor collapse to a constant;
+2. scores each point against ``m`` candidate neighbours ``N(i)`` (its ``m`` nearest points in the
+   concatenated standardized views; ``m = n − 1`` is the all-pairs model) with the **bilinear,
+   asymmetric** score ``sᵢⱼ = (zᵢᵀU)(zⱼᵀV)ᵀ √C`` (``Sᵢⱼ ≠ Sⱼᵢ``; ``U = V = √s₀·I`` at start, so
+   the first scores are ``s₀ × zᵢ·zⱼ``);
+3. sharpens row ``i`` by a **dynamic sparse gate** ``ωᵢ = σ(g(zᵢ)) ∈ [0, 1]`` (a small MLP):
+   ``s̃ᵢⱼ = (1 + κ ωᵢ) sᵢⱼ`` — a larger ``ωᵢ`` is a lower temperature, so fewer, surer
+   neighbours survive (the multiplicative form is the book's reading of "penalizes similarities");
+4. projects every row onto the simplex with **1.5-entmax**: rows sum to one, no self-loops, and
+   low scores get *exact* zeros — a sparse directed graph ``A``;
+5. aggregates with a residual, ``H = Z + A Z W``.
 
-Training (:func:`fit_sagl`) minimizes, for standardized views ``X̃⁽ᵛ⁾``,
+Training (:func:`fit_sagl`) minimizes, with ``objective="codes"``,
 
 .. math::
-    L = \sum_v \frac{\|\tilde X^{(v)} - A \tilde X^{(v)}\|_F^2}{\|\tilde X^{(v)}\|_F^2}
-      + \lambda \sum_v \frac{\|\tilde X^{(v)} - D_v(H)\|_F^2}{\|\tilde X^{(v)}\|_F^2},
+    L = \frac{\|Z - A Z\|_F^2}{\|Z\|_F^2}
+      + \lambda \sum_v \frac{\|X^{(v)} - D_v(H)\|_F^2}{\|X^{(v)}\|_F^2},
 
-self-expression of every view through one shared graph, plus reconstruction of every view from
-the aggregated code by linear decoders ``D_v``. What keeps this away from trivial solutions:
-``A = I`` (perfect self-expression) is removed by the excluded diagonal; ``A = 0`` and shrinking
-the weights are removed by the simplex (rows sum to one); self-expression is measured on the
-*fixed* inputs, not on the learned codes, so collapsing the encoders to a constant cannot zero it
-(a constant ``Z`` gives uniform rows, i.e. every point replaced by the global mean, the worst
-local mean); the unit-norm codes stop the encoders from shrinking the logits; and the
-reconstruction term keeps ``H`` informative about every view, which is the only signal the
-encoders get in the identity-graph ablation.
+self-expression of the learned codes through the graph, guarded against collapse by the batch
+standardization and by the reconstruction of every view from ``H`` (linear decoders ``D_v``).
+``objective="inputs"`` (the default, which did better in the book's chapter 7) is
+self-expression of the standardized inputs,
+``Σ_v ‖X⁽ᵛ⁾ − A X⁽ᵛ⁾‖²/‖X⁽ᵛ⁾‖² + λ·(reconstruction)``. Training stops by a rule, not a step
+count: when the loss fell by less than ``tol`` (relative) over the last ``window`` steps.
 
-The clustering read-out (:func:`spectral_readout`) is normalized spectral clustering of the
-symmetrized graph ``W = (A + Aᵀ)/2``. The graph is stored as a dense ``(n, n)`` tensor (sparse in
-its values, not its storage): the module is meant for ``n`` up to a few thousand points, trained
-full-batch. :func:`make_multiview_subspaces` draws a union of
-subspaces seen through several random nonlinear maps; :func:`make_digits_views` builds a real
-two-view set offline (scikit-learn digits as pixels and as gradient-orientation histograms).
+Baselines with the same read-out: :func:`knn_graph`, :func:`entmax_distance_graph` (untrained
+1.5-entmax over squared distances) and :func:`lsr_graph` (least-squares-regression
+self-expression, Lu et al. 2012, closed form). The read-out (:func:`spectral_readout`) is
+normalized spectral clustering of ``W = (|A| + |A|ᵀ)/2``. Graphs are returned as dense ``(n, n)``
+tensors (sparse in their values): the module is meant for ``n`` up to a few thousand points.
+:func:`make_multiview_subspaces` draws a union of subspaces seen through several random
+nonlinear maps; :func:`make_digits_views` and :func:`make_fashion_views` build real multi-view
+sets offline (scikit-learn digits; Fashion-MNIST from a local copy).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -49,11 +52,14 @@ from ._validate import as_tensor, check_choice, check_positive_float, check_posi
 from .entmax import entmax15
 
 __all__ = [
-    "make_multiview_subspaces", "make_digits_views", "standardize_views", "SparseAttentionGraph",
-    "sagl_loss", "SAGLResult", "fit_sagl", "spectral_readout", "sagl_cluster",
+    "make_multiview_subspaces", "make_digits_views", "make_fashion_views", "standardize_views",
+    "candidate_neighbours", "SparseAttentionGraph", "sagl_loss", "SAGLResult", "fit_sagl",
+    "spectral_readout", "sagl_cluster", "knn_graph", "entmax_distance_graph", "lsr_graph",
+    "lsr_coefficients", "reduce_views",
 ]
 
 GRAPHS = ("entmax15", "softmax", "identity")
+OBJECTIVES = ("codes", "inputs")
 
 
 # --- data ---------------------------------------------------------------------------------
@@ -181,32 +187,142 @@ def standardize_views(views) -> List[torch.Tensor]:
     return out
 
 
-def _mask_diagonal(s: torch.Tensor) -> torch.Tensor:
-    """``s`` with ``−∞`` on the diagonal (a point may not choose itself as a neighbour)."""
-    eye = torch.eye(s.shape[0], dtype=torch.bool, device=s.device)
-    return s.masked_fill(eye, -math.inf)
+def make_fashion_views(n_per_class: int = 200, seed: int = 0, split: str = "test",
+                       dtype: Optional[torch.dtype] = None):
+    """Three heterogeneous views of Fashion-MNIST images (a local copy; never downloads).
+
+    Draws ``n_per_class`` images of each of the ten classes from ``split`` (rows grouped by
+    class; the draw depends on ``seed``). View 0: the 784 pixels scaled to [0, 1]; view 1:
+    HOG-like histograms (7 × 7 cells of 4 × 4 pixels, 9 unsigned orientation bins, 441
+    features); view 2: 256 random ReLU features of the 2 × 2-average-pooled image (a fixed
+    Gaussian map, seed 1234, the same for every draw). Returns ``views`` and ``labels (n,)``.
+    """
+    from .fashion_mnist import load_fashion_mnist
+
+    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=1000)
+    dtype = dtype or torch.get_default_dtype()
+    images, target = load_fashion_mnist(split, download=False)
+    images = torch.as_tensor(images).to(dtype) / 255.0
+    target = torch.as_tensor(target).long()
+    g = torch.Generator().manual_seed(int(seed))
+    keep = []
+    for k in range(10):  # ten classes, not data points
+        members = torch.nonzero(target == k).flatten()
+        keep.append(members[torch.randperm(members.numel(), generator=g)[:n_per_class]])
+    keep = torch.cat(keep)
+    im = images[keep]
+    n = len(keep)
+    pooled = nn.functional.avg_pool2d(im[:, None], 2).reshape(n, -1)
+    proj = torch.randn(196, 256, generator=torch.Generator().manual_seed(1234), dtype=dtype)
+    views = [im.reshape(n, -1), _orientation_histograms(im, n_bins=9, cell=4),
+             torch.relu(pooled @ proj / 14.0)]
+    return views, target[keep]
+
+
+def reduce_views(views, dim: int = 50) -> List[torch.Tensor]:
+    """Project each view onto its ``dim`` leading principal components (views with at most
+    ``dim`` features are only centred). A cost saver for wide views: distances within a view
+    change only by the discarded variance. Returns a list of ``(n, min(d_v, dim))`` tensors."""
+    views = _check_views(views)
+    dim = check_positive_int(dim, "dim")
+    out = []
+    for x in views:
+        xc = x - x.mean(0)
+        if x.shape[1] <= dim:
+            out.append(xc)
+            continue
+        _, _, vt = torch.linalg.svd(xc, full_matrices=False)
+        out.append(xc @ vt[:dim].T)
+    return out
+
+
+def _concat(views) -> torch.Tensor:
+    return torch.cat(standardize_views(views), dim=1)
+
+
+def candidate_neighbours(views, m: int):
+    """The ``m`` nearest other points of each point in the concatenated standardized views.
+
+    Returns ``(dist (n, m), index (n, m))``, nearest first; a point is never its own candidate.
+    """
+    x = _concat(views)
+    n = x.shape[0]
+    m = check_positive_int(m, "m", maximum=n - 1)
+    d = torch.cdist(x, x)
+    d.fill_diagonal_(math.inf)
+    return d.topk(m, dim=1, largest=False)
+
+
+def _scatter_rows(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Dense ``(n, n)`` graph with ``A[i, index[i, j]] = values[i, j]``."""
+    n = values.shape[0]
+    return values.new_zeros(n, n).scatter(1, index, values)
+
+
+def knn_graph(views, k: int = 10) -> torch.Tensor:
+    """Row ``i`` puts weight ``1/k`` on its ``k`` nearest points (concatenated standardized
+    views). Returns a dense ``(n, n)`` graph."""
+    _, idx = candidate_neighbours(views, k)
+    return _scatter_rows(torch.full(idx.shape, 1.0 / k, dtype=_concat(views).dtype), idx)
+
+
+def entmax_distance_graph(views, k: int = 10, m: int = 30) -> torch.Tensor:
+    r"""Untrained 1.5-entmax over squared distances: ``Aᵢ = entmax₁.₅(−|xᵢ − xⱼ|²/h²ᵢ)``.
+
+    Rows range over the ``m`` nearest candidates; ``hᵢ`` is the distance to the ``k``-th
+    nearest point (a per-point bandwidth, no training). Returns a dense ``(n, n)`` graph.
+    """
+    d, idx = candidate_neighbours(views, m)
+    k = check_positive_int(k, "k", maximum=d.shape[1])
+    h2 = d[:, k - 1:k].pow(2).clamp(min=torch.finfo(d.dtype).tiny)
+    return _scatter_rows(entmax15(-d.pow(2) / h2, dim=1), idx)
+
+
+def lsr_coefficients(x, lam: float) -> torch.Tensor:
+    r"""Least-squares-regression self-expression with zero diagonal (Lu et al. 2012, LSR1).
+
+    Solves ``min_C ‖X − CX‖²_F + λ‖C‖²_F`` s.t. ``diag(C) = 0`` for ``x (n, d)`` (rows are
+    points): with ``D = (XXᵀ + λI)⁻¹``, ``C = I − D diag(D)⁻¹`` transposed to rows,
+    ``Cᵢⱼ = −Dᵢⱼ/Dᵢᵢ`` (``i ≠ j``). ``D`` is formed with the Woodbury identity,
+    ``D = (I − X(λI + XᵀX)⁻¹Xᵀ)/λ``, so the cost is ``O(n²d)``. Returns ``C (n, n)``.
+    """
+    x = as_tensor(x, "x", ndim=(2,)).double()
+    lam = check_positive_float(lam, "lam")
+    n, d = x.shape
+    inner = torch.linalg.solve(lam * torch.eye(d, dtype=x.dtype) + x.T @ x, x.T)
+    dmat = (torch.eye(n, dtype=x.dtype) - x @ inner) / lam
+    c = -dmat / torch.diagonal(dmat)[:, None]
+    return c.fill_diagonal_(0.0)
+
+
+def lsr_graph(views, lam: float = 0.1) -> torch.Tensor:
+    """LSR graph ``|C|`` on the concatenated standardized views; ``lam`` is relative to the
+    mean squared row norm (``λ = lam · mean|xᵢ|²``). Returns a dense ``(n, n)`` graph."""
+    x = _concat(views)
+    lam = check_positive_float(lam, "lam") * float(x.pow(2).sum(1).mean())
+    return lsr_coefficients(x, lam).abs().to(x.dtype)
 
 
 # --- model --------------------------------------------------------------------------------
 class SparseAttentionGraph(nn.Module):
-    r"""SAGL: per-view encoders → bilinear asymmetric scores → gate → 1.5-entmax graph → residual aggregation.
+    r"""SAGL: encoders → standardized codes → bilinear asymmetric scores on candidates → gate →
+    1.5-entmax rows → residual aggregation.
 
     ``view_dims``: feature count ``d_v`` of each view. ``latent_dim`` ``C``: code size.
-    ``graph``: ``"entmax15"`` (SAGL), ``"softmax"`` (dense attention ablation) or
-    ``"identity"`` (``A = I``: no graph, ablation). ``gate``: use the dynamic sparse gate
-    (``False``: ``ω ≡ 0``, ablation). ``gate_strength`` ``κ``: the sharpest row is scaled by
-    ``1 + κ``. ``init_scale``: ``U = V = √(init_scale·√C)·I`` at start, so the first scores are
-    ``init_scale × cosine similarity``.
+    ``graph``: ``"entmax15"`` (SAGL), ``"softmax"`` (dense attention ablation: every candidate
+    keeps a positive weight) or ``"identity"`` (``A = I``: no graph). ``gate``: use the dynamic
+    sparse gate (``False``: ``ω ≡ 0``). ``gate_strength`` ``κ``. ``init_scale`` ``s₀``.
 
-    ``forward(views)`` takes a list of ``(n, d_v)`` tensors and returns a dict with
-    ``graph`` ``A (n, n)``, ``scores`` ``S̃ (n, n)`` (``−∞`` on the diagonal), ``omega (n,)``,
-    ``codes`` (list of ``Z⁽ᵛ⁾ (n, C)``), ``hidden`` ``H (n, C)`` and ``recon`` (list of
-    ``D_v(H) (n, d_v)``).
+    ``forward(views, index)`` takes the list of ``(n, d_v)`` views and the candidate index
+    ``(n, m)`` (:func:`candidate_neighbours`) and returns a dict with ``weights`` ``(n, m)``
+    (row ``i``'s weights on ``index[i]``), ``index``, ``scores`` ``S̃ (n, m)``, ``omega (n,)``,
+    ``codes`` ``Z (n, C)``, ``hidden`` ``H (n, C)`` and ``recon`` (list of ``D_v(H)``).
+    :meth:`dense` turns ``weights`` into the ``(n, n)`` graph.
     """
 
     def __init__(self, view_dims: Sequence[int], latent_dim: int = 32, hidden_dim: int = 64,
                  graph: str = "entmax15", gate: bool = True, gate_strength: float = 4.0,
-                 gate_hidden: int = 16, init_scale: float = 10.0):
+                 gate_hidden: int = 16, init_scale: float = 5.0):
         super().__init__()
         if isinstance(view_dims, (int, str)) or len(view_dims) == 0:
             raise ValueError("view_dims must be a non-empty sequence of view dimensions")
@@ -220,62 +336,93 @@ class SparseAttentionGraph(nn.Module):
         self.gate_strength = check_positive_float(gate_strength, "gate_strength", allow_zero=True)
         init_scale = check_positive_float(init_scale, "init_scale")
         self.encoders = nn.ModuleList(
-            nn.Sequential(nn.Linear(d, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, C)) for d in self.view_dims)
-        root = math.sqrt(init_scale * math.sqrt(C))
-        self.U = nn.ParameterList(nn.Parameter(root * torch.eye(C)) for _ in self.view_dims)
-        self.V = nn.ParameterList(nn.Parameter(root * torch.eye(C)) for _ in self.view_dims)
-        self.gate = nn.Sequential(nn.Linear(C, gate_hidden), nn.GELU(), nn.Linear(gate_hidden, 1)) if gate else None
+            nn.Sequential(nn.Linear(d, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, C))
+            for d in self.view_dims)
+        root = math.sqrt(init_scale)
+        self.U = nn.Parameter(root * torch.eye(C))
+        self.V = nn.Parameter(root * torch.eye(C))
+        self.gate = (nn.Sequential(nn.Linear(C, gate_hidden), nn.GELU(), nn.Linear(gate_hidden, 1))
+                     if gate else None)
         self.W = nn.Linear(C, C, bias=False)
         self.decoders = nn.ModuleList(nn.Linear(C, d) for d in self.view_dims)
 
-    def codes(self, views: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """Unit-norm codes ``Z⁽ᵛ⁾ = f_v(X⁽ᵛ⁾)/|f_v(X⁽ᵛ⁾)|`` (list of ``(n, C)``)."""
-        return [nn.functional.normalize(enc(x), dim=1) for enc, x in zip(self.encoders, views)]
+    def codes(self, views: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Batch-standardized mean code ``Z (n, C)``: zero mean, ``sd = 1/√C`` per coordinate."""
+        zbar = torch.stack([enc(x) for enc, x in zip(self.encoders, views)]).mean(0)
+        zc = zbar - zbar.mean(0)
+        sd = zc.pow(2).mean(0).add(1e-8).sqrt()
+        return zc / (sd * math.sqrt(self.latent_dim))
 
-    def similarity(self, codes: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Bilinear asymmetric similarity ``S = (1/V) Σ_v (Z⁽ᵛ⁾U_v)(Z⁽ᵛ⁾V_v)ᵀ/√C``, ``(n, n)`` (diagonal kept)."""
-        C = self.latent_dim
-        return sum((z @ u) @ (z @ v).T for z, u, v in zip(codes, self.U, self.V)) / (len(codes) * math.sqrt(C))
+    def similarity(self, z: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Bilinear scores ``sᵢⱼ = (zᵢᵀU)(zⱼᵀV)ᵀ√C`` for ``j = index[i, ·]``, ``(n, m)``."""
+        zu, zv = z @ self.U, z @ self.V
+        return torch.einsum("nc,nmc->nm", zu, zv[index]) * math.sqrt(self.latent_dim)
 
-    def forward(self, views: Sequence[torch.Tensor]) -> dict:
+    def forward(self, views: Sequence[torch.Tensor], index: torch.Tensor) -> dict:
         views = _check_views(views, like=next(self.parameters()))
         if [x.shape[1] for x in views] != self.view_dims:
-            raise ValueError(f"views have {[x.shape[1] for x in views]} features but the model expects {self.view_dims}")
+            raise ValueError(f"views have {[x.shape[1] for x in views]} features but the model "
+                             f"expects {self.view_dims}")
+        n = views[0].shape[0]
+        index = torch.as_tensor(index, device=views[0].device).long()
+        if index.ndim != 2 or index.shape[0] != n:
+            raise ValueError(f"index must have shape (n, m) with n = {n}, got {tuple(index.shape)}")
+        if bool((index == torch.arange(n, device=index.device)[:, None]).any()):
+            raise ValueError("index must not list a point as its own candidate")
         z = self.codes(views)
-        zbar = torch.stack(z).mean(0)
-        n = zbar.shape[0]
         if self.use_gate:
-            omega = torch.sigmoid(self.gate(zbar)).squeeze(1)
+            omega = torch.sigmoid(self.gate(z * math.sqrt(self.latent_dim))).squeeze(1)
         else:
-            omega = torch.zeros(n, dtype=zbar.dtype, device=zbar.device)
-        # scale first, then mask: (-inf) * (gate) would give NaN gradients to the gate
-        s = _mask_diagonal(self.similarity(z) * (1.0 + self.gate_strength * omega)[:, None])
+            omega = z.new_zeros(n)
+        s = self.similarity(z, index) * (1.0 + self.gate_strength * omega)[:, None]
         if self.graph_kind == "entmax15":
-            a = entmax15(s, dim=1)
+            w = entmax15(s, dim=1)
+            agg = torch.einsum("nm,nmc->nc", w, z[index])
         elif self.graph_kind == "softmax":
-            a = torch.softmax(s, dim=1)
+            w = torch.softmax(s, dim=1)
+            agg = torch.einsum("nm,nmc->nc", w, z[index])
         else:
-            a = torch.eye(n, dtype=zbar.dtype, device=zbar.device)
-        hidden = zbar + a @ self.W(zbar)
+            w = torch.zeros_like(s)
+            agg = z
+        hidden = z + self.W(agg)
         recon = [dec(hidden) for dec in self.decoders]
-        return {"kind": self.graph_kind, "graph": a, "scores": s, "omega": omega, "codes": z, "hidden": hidden, "recon": recon}
+        return {"kind": self.graph_kind, "weights": w, "index": index, "scores": s,
+                "omega": omega, "codes": z, "hidden": hidden, "recon": recon, "aggregate": agg}
+
+    @staticmethod
+    def dense(out: dict) -> torch.Tensor:
+        """The ``(n, n)`` graph of a forward pass (``I`` for the identity graph)."""
+        if out["kind"] == "identity":
+            n = out["weights"].shape[0]
+            return torch.eye(n, dtype=out["weights"].dtype, device=out["weights"].device)
+        return _scatter_rows(out["weights"], out["index"])
 
 
-def sagl_loss(out: dict, views: Sequence[torch.Tensor], reconstruction_weight: float = 0.1):
-    r"""``L = Σ_v |X⁽ᵛ⁾ − A X⁽ᵛ⁾|²/|X⁽ᵛ⁾|² + λ Σ_v |X⁽ᵛ⁾ − D_v(H)|²/|X⁽ᵛ⁾|²`` (Frobenius norms).
+def sagl_loss(out: dict, views: Sequence[torch.Tensor], reconstruction_weight: float = 1.0,
+              objective: str = "codes", neighbours: Optional[Sequence[torch.Tensor]] = None):
+    r"""The training loss; returns ``(total, self_expression, reconstruction)`` scalars.
 
-    The self-expression term is left out for the identity graph (``A = I`` explains every point
-    by itself; nothing to learn). Returns ``(total, self_expression, reconstruction)`` scalars.
+    ``objective="codes"``: ``‖Z − AZ‖²_F/‖Z‖²_F``; ``"inputs"``: ``Σ_v ‖X⁽ᵛ⁾ − AX⁽ᵛ⁾‖²/‖X⁽ᵛ⁾‖²``;
+    plus ``λ Σ_v ‖X⁽ᵛ⁾ − D_v(H)‖²/‖X⁽ᵛ⁾‖²``. The identity graph has no self-expression term
+    (``A = I`` explains every point by itself). ``neighbours``: optionally the gathered
+    ``X⁽ᵛ⁾[index]`` (``(n, m, d_v)`` each), which do not change during training.
     """
-    a = out["graph"]
-    identity = out["kind"] == "identity"
-    se = a.new_zeros(())
-    rec = a.new_zeros(())
+    objective = check_choice(objective, "objective", OBJECTIVES)
+    w, index = out["weights"], out["index"]
+    se = w.new_zeros(())
+    if out["kind"] != "identity":
+        if objective == "codes":
+            z = out["codes"]
+            se = (z - out["aggregate"]).pow(2).sum() / z.pow(2).sum()
+        else:
+            if neighbours is None:
+                neighbours = [x[index] for x in views]
+            for x, xn in zip(views, neighbours):
+                ax = torch.einsum("nm,nmd->nd", w, xn)
+                se = se + (x - ax).pow(2).sum() / x.pow(2).sum()
+    rec = w.new_zeros(())
     for x, xr in zip(views, out["recon"]):
-        norm = x.pow(2).sum()
-        if not identity:
-            se = se + (x - a @ x).pow(2).sum() / norm
-        rec = rec + (x - xr).pow(2).sum() / norm
+        rec = rec + (x - xr).pow(2).sum() / x.pow(2).sum()
     return se + reconstruction_weight * rec, se, rec
 
 
@@ -289,40 +436,67 @@ class SAGLResult:
     omega: torch.Tensor  #: gate values ``(n,)``
     hidden: torch.Tensor  #: aggregated codes ``H (n, C)``
     losses: List[float] = field(default_factory=list)  #: training loss per step
+    history: list = field(default_factory=list)  #: what ``callback`` returned, per call
     labels: Optional[torch.Tensor] = None  #: cluster labels ``(n,)`` (``sagl_cluster`` only)
 
+    @property
+    def n_steps(self) -> int:
+        """Number of optimisation steps taken before the stopping rule fired."""
+        return len(self.losses)
 
-def fit_sagl(views, *, graph: str = "entmax15", gate: bool = True, latent_dim: int = 32,
-             hidden_dim: int = 64, n_steps: int = 200, lr: float = 1e-2,
-             reconstruction_weight: float = 0.1, seed: int = 0, **model_kwargs) -> SAGLResult:
-    """Train a :class:`SparseAttentionGraph` on ``views`` (list of ``(n, d_v)``) with full-batch Adam.
 
-    Views are standardized (:func:`standardize_views`), the model's weights are drawn with
-    ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng`` (the caller's RNG state is left
-    untouched), moved to the views' dtype and device, and :func:`sagl_loss` is minimized for
-    ``n_steps`` steps. ``model_kwargs`` go to :class:`SparseAttentionGraph`.
-    Returns a :class:`SAGLResult` holding the model and the final graph ``A (n, n)``.
+def fit_sagl(views, *, graph: str = "entmax15", gate: bool = True, objective: str = "inputs",
+             n_candidates: int = 20, latent_dim: int = 16, hidden_dim: int = 32,
+             max_steps: int = 200, window: int = 10, tol: float = 0.02, lr: float = 3e-2,
+             reconstruction_weight: float = 1.0, seed: int = 0,
+             callback: Optional[Callable] = None, callback_every: int = 10,
+             **model_kwargs) -> SAGLResult:
+    """Train a :class:`SparseAttentionGraph` on ``views`` (list of ``(n, d_v)``), full-batch Adam.
+
+    Views are standardized, candidates are the ``n_candidates`` nearest points
+    (:func:`candidate_neighbours`), weights are drawn with ``torch.manual_seed(seed)`` inside
+    ``torch.random.fork_rng`` (the caller's RNG state is left untouched). **Stopping rule**: stop
+    at step ``t ≥ window`` once ``L_{t−window} − L_t < tol·|L_{t−window}|`` (the loss fell by less
+    than ``tol`` over the last ``window`` steps), or at ``max_steps``. The identity graph is
+    not trained (no graph to learn). ``callback(step, model_output)`` is called every
+    ``callback_every`` steps and at the end; its results are kept in ``history``.
     """
     xs = standardize_views(views)
-    n_steps = check_positive_int(n_steps, "n_steps")
+    objective = check_choice(objective, "objective", OBJECTIVES)
+    max_steps = check_positive_int(max_steps, "max_steps")
+    window = check_positive_int(window, "window")
+    tol = check_positive_float(tol, "tol", allow_zero=True)
     lr = check_positive_float(lr, "lr")
-    reconstruction_weight = check_positive_float(reconstruction_weight, "reconstruction_weight", allow_zero=True)
+    callback_every = check_positive_int(callback_every, "callback_every")
+    lam = check_positive_float(reconstruction_weight, "reconstruction_weight", allow_zero=True)
+    _, index = candidate_neighbours(xs, min(n_candidates, xs[0].shape[0] - 1))
     with torch.random.fork_rng(devices=[]):  # weights are drawn on the CPU
         torch.manual_seed(int(seed))
-        model = SparseAttentionGraph([x.shape[1] for x in xs], latent_dim=latent_dim, hidden_dim=hidden_dim,
-                                     graph=graph, gate=gate, **model_kwargs)
+        model = SparseAttentionGraph([x.shape[1] for x in xs], latent_dim=latent_dim,
+                                     hidden_dim=hidden_dim, graph=graph, gate=gate,
+                                     **model_kwargs)
     model = model.to(device=xs[0].device, dtype=xs[0].dtype)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(n_steps):  # optimisation steps, not data points
-        opt.zero_grad()
-        total, _, _ = sagl_loss(model(xs), xs, reconstruction_weight)
-        total.backward()
-        opt.step()
-        losses.append(float(total.detach()))
+    losses, history = [], []
+    gathered = [x[index] for x in xs] if objective == "inputs" else None
+    if model.graph_kind != "identity":
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        for step in range(max_steps):  # optimisation steps, not data points
+            out = model(xs, index)
+            if callback is not None and step % callback_every == 0:
+                history.append(callback(step, out))
+            total, _, _ = sagl_loss(out, xs, lam, objective, gathered)
+            opt.zero_grad()
+            total.backward()
+            opt.step()
+            losses.append(float(total.detach()))
+            if step >= window and losses[-1 - window] - losses[-1] < tol * abs(losses[-1 - window]):
+                break
     with torch.no_grad():
-        out = model(xs)
-    return SAGLResult(model, out["graph"].detach(), out["omega"].detach(), out["hidden"].detach(), losses)
+        out = model(xs, index)
+    if callback is not None:
+        history.append(callback(len(losses), out))
+    return SAGLResult(model, model.dense(out).detach(), out["omega"].detach(),
+                      out["hidden"].detach(), losses, history)
 
 
 def spectral_readout(graph, n_clusters: int, seed: int = 0) -> torch.Tensor:
@@ -331,8 +505,13 @@ def spectral_readout(graph, n_clusters: int, seed: int = 0) -> torch.Tensor:
     Embeds each node by the ``n_clusters`` leading eigenvectors of ``D^{-1/2} W D^{-1/2}``
     (``D`` = degrees; isolated nodes keep a zero row), normalizes the rows
     (Ng–Jordan–Weiss) and runs k-means (scikit-learn, 10 restarts, ``random_state=seed``).
-    ``graph (n, n)`` → labels ``(n,)`` (int64, on the graph's device).
+    Up to 300 nodes the eigenvectors come from a dense solver, beyond from Lanczos
+    (``scipy.sparse.linalg.eigsh``, start vector drawn from ``seed``). ``graph (n, n)`` →
+    labels ``(n,)`` (int64, on the graph's device).
     """
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import eigsh
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
@@ -341,34 +520,30 @@ def spectral_readout(graph, n_clusters: int, seed: int = 0) -> torch.Tensor:
         raise ValueError(f"graph must be a square (n, n) matrix, got shape {tuple(a.shape)}")
     n = a.shape[0]
     k = check_positive_int(n_clusters, "n_clusters", maximum=n)
-    w = (a.abs() + a.abs().T) / 2
+    w = ((a.abs() + a.abs().T) / 2).double().cpu()
     deg = w.sum(1)
-    inv = torch.where(deg > 0, deg.clamp(min=torch.finfo(w.dtype).tiny).rsqrt(), torch.zeros_like(deg))
+    inv = torch.where(deg > 0, deg.clamp(min=1e-300).rsqrt(), torch.zeros_like(deg))
     m = inv[:, None] * w * inv[None, :]
-    _, vecs = torch.linalg.eigh(m.double())
-    emb = vecs[:, -k:]
-    emb = emb / emb.norm(dim=1, keepdim=True).clamp(min=1e-12)
-    with threadpool_limits(1):  # tiny problem: threads only add contention
-        km = KMeans(n_clusters=k, n_init=10, random_state=int(seed)).fit(emb.cpu().numpy())
+    with threadpool_limits(1):  # small problems: threads only add contention
+        if n <= 300 or k >= n - 1:
+            emb = torch.linalg.eigh(m)[1][:, -k:].numpy()
+        else:
+            ms = sp.csr_matrix(m.numpy())
+            v0 = np.random.default_rng(int(seed)).standard_normal(n)
+            emb = eigsh(ms, k=k, which="LA", v0=v0, tol=1e-8)[1]
+        emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        km = KMeans(n_clusters=k, n_init=10, random_state=int(seed)).fit(emb)
     return torch.as_tensor(km.labels_, dtype=torch.int64, device=a.device)
 
 
 def sagl_cluster(views, n_clusters: int, *, seed: int = 0, **fit_kwargs) -> SAGLResult:
-    """Fit SAGL (:func:`fit_sagl`) and cluster: spectral read-out of ``(A + Aᵀ)/2``.
+    """Fit SAGL (:func:`fit_sagl`) and cluster by the spectral read-out of ``(A + Aᵀ)/2``.
 
-    For the identity graph (``graph="identity"``) there is no graph to cut, so the read-out is
-    k-means on the aggregated codes ``H``. Returns the :class:`SAGLResult` with ``labels (n,)``.
+    Every variant, the identity graph included, is read out the same way (for ``A = I`` the
+    read-out has nothing to cut: the graph is not connected within any class).
+    Returns the :class:`SAGLResult` with ``labels (n,)``.
     """
     n_clusters = check_positive_int(n_clusters, "n_clusters")
     res = fit_sagl(views, seed=seed, **fit_kwargs)
-    if res.model.graph_kind == "identity":
-        from sklearn.cluster import KMeans
-        from threadpoolctl import threadpool_limits
-
-        h = nn.functional.normalize(res.hidden, dim=1).double().cpu().numpy()
-        with threadpool_limits(1):
-            km = KMeans(n_clusters=n_clusters, n_init=10, random_state=int(seed)).fit(h)
-        res.labels = torch.as_tensor(km.labels_, dtype=torch.int64, device=res.graph.device)
-    else:
-        res.labels = spectral_readout(res.graph, n_clusters, seed=seed)
+    res.labels = spectral_readout(res.graph, n_clusters, seed=seed)
     return res
