@@ -77,8 +77,10 @@ slow: $(STAMP) browser
 
 test: lint unit nbval book slow
 
+# An nbgrader course in _build/assignments: source/NN_name/ (instructor) and release/NN_name/
+# (student notebooks, by `nbgrader generate_assignment`); see book/teaching.md.
 assignments: $(STAMP)
-	$(PY) -m localbook.assignments book _build/assignments
+	$(PY) _ext/assignments.py book _build/assignments
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

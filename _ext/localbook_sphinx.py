@@ -15,6 +15,10 @@
   package appears without editing the page.
 * ``.. localbook-exercises::`` (book/teaching.md) tables every chapter's exercises: code or
   theory, and the ``lb.check`` self-check that grades it, read from the notebooks at build time.
+* The chapters are nbgrader source notebooks (``_ext/nbgrader_source.py``): the pages hide the
+  ``### BEGIN SOLUTION`` / ``### END SOLUTION`` marker lines of code and markdown cells (removed
+  from the notebook text as it is read, before execution), so exercises and their folded
+  solutions render as in a plain notebook.
 * Every documented function or class gets a "Used in" line linking the chapters whose code
   cells call it (``lb.name``, ``localbook.name``, ``lb.module.name``), found by scanning
   ``book/NN_*.ipynb`` under the source folder at build time; only chapters that are part of the book are linked.
@@ -41,7 +45,7 @@ def _package_dir() -> Path:
 # modules re-exported at the top level (documented as ``localbook.name``), then the namespaces
 CORE = ["kernels", "local_mean"]
 NAMESPACES = ["datasets", "plotting", "widgets", "estimators", "notebook"]
-TOOLS = ["assignments"]
+TOOLS: list = []  # book tooling modules of the package (none: assignments live in _ext/)
 
 
 def chapter_modules():
@@ -253,8 +257,32 @@ def dedupe_scripts(app, pagename, templatename, context, doctree):
     context["script_files"] = kept
 
 
+SOLUTION_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+
+
+def strip_solution_markers(text: str) -> str:
+    """A notebook's JSON text without nbgrader's solution marker lines in any cell."""
+    nb = json.loads(text)
+    changed = False
+    for cell in nb.get("cells", []):
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        lines = src.split("\n")
+        kept = [line for line in lines if not SOLUTION_MARKER.match(line)]
+        if len(kept) != len(lines):
+            cell["source"] = "\n".join(kept)
+            changed = True
+    return json.dumps(nb, ensure_ascii=False, indent=1) if changed else text
+
+
+def hide_solution_markers(app, docname, source):
+    if str(app.env.doc2path(docname)).endswith(".ipynb"):
+        source[0] = strip_solution_markers(source[0])
+
+
 def setup(app):
     app.connect("config-inited", use_local_web_assets)
+    app.connect("source-read", hide_solution_markers)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_directive("localbook-api", LocalbookAPI)
     app.add_directive("localbook-exercises", LocalbookExercises)
