@@ -3,9 +3,11 @@
 Most learning machines are local means: weight your neighbours with a localization kernel,
 then average. Submodules, one idea each:
 
-``kernels`` (localization kernels, the chunked pairwise engine), ``local_mean`` (Nadaraya–Watson,
-local linear, KNN, LOO-CV), ``datasets``, ``plotting``, ``widgets``, and the modules of the
-later chapters (density, denoising, attention, entmax, sparse graphs, memorization, ...).
+``kernels`` (localization kernels, the chunked pairwise engine, ``knn_search``), ``local_mean``
+(Nadaraya–Watson, local linear, KNN, LOO-CV), ``datasets`` (every synthetic generator and the
+shipped data), ``plotting`` (every shared figure), ``widgets``, and the modules of the later
+chapters (density, denoising, attention and language models, entmax, sparse graphs,
+memorization and feature maps, ...). ``_validate`` holds the argument checks every module uses.
 """
 from ._validate import default_device
 from .kernels import *  # noqa: F401,F403
@@ -18,7 +20,9 @@ from . import check  # noqa: F401  (self-checks for the exercises: lb.check.ch01
 from .notebook import glue  # noqa: F401  (run-dependent numbers in the prose)
 from .density import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
+from .language import *  # noqa: F401,F403
 from .memorization import *  # noqa: F401,F403
+from .features import *  # noqa: F401,F403
 from .entmax import *  # noqa: F401,F403
 from .entmax_losses import *  # noqa: F401,F403
 from .impute import *  # noqa: F401,F403
@@ -29,6 +33,10 @@ from .sagl import *  # noqa: F401,F403
 from .local_decisions import *  # noqa: F401,F403
 from .metric import *  # noqa: F401,F403
 # (end of chapter modules)
+
+# generators and figures that live in the namespaces but are called as lb.X by the chapters
+from .datasets import add_noise_border, spurious_gaussian_data, spurious_split  # noqa: F401,E402
+from .plotting import draw_attention_graph  # noqa: F401,E402
 
 # scikit-learn estimators load on first use: scikit-learn costs import time nobody else pays for
 _LAZY = {name: "estimators" for name in

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Optional, Sequence
 
 import numpy as np
@@ -67,12 +68,43 @@ def as_tensor(
         raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape {tuple(t.shape)}")
     if not allow_empty and t.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one value is needed")
-    # a finite sum proves every entry finite (NaN and ±inf propagate) without a full boolean
-    # copy of a large array; only a non-finite sum (or overflow) needs the element-wise check
-    if finite and t.numel() and not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all()):
-        bad = int((~torch.isfinite(t)).sum())
+    if finite:
+        check_finite(t, name)
+    return t
+
+
+def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
+    """Reject NaN/inf entries of a tensor with a ``ValueError`` naming ``name`` and their count.
+
+    A finite sum proves every entry finite (NaN and ±inf propagate): one cheap reduction settles
+    the common case without a full-size boolean temporary. Only a non-finite sum (a bad entry, or
+    a sum that overflowed) is followed by an exact count, in row chunks under the memory budget
+    of :func:`localbook.kernels.chunk_rows`. Returns ``t``.
+    """
+    if not t.numel():
+        return t
+    with torch.no_grad():
+        if bool(torch.isfinite(t.sum())):
+            return t
+        from .kernels import chunk_rows, iter_chunks  # kernels imports this module
+
+        t2 = t.reshape(t.shape[0], -1) if t.ndim > 1 else t.reshape(-1, 1)
+        rows = chunk_rows(t2.shape[0], t2.shape[1], 1, t2.element_size(), None, t2.device)
+        bad = sum(int((~torch.isfinite(t2[sl])).sum()) for sl in iter_chunks(t2.shape[0], rows))
+    if bad:
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
     return t
+
+
+def warn_empty(n_empty: int, n_total: Optional[int], why: str, *, what: str = "queries",
+               result: str = "their estimates are NaN", hint: str = "", stacklevel: int = 2) -> None:
+    """The one warning for empty neighbourhoods: "``n_empty`` of ``n_total`` ``what`` ``why``;
+    ``result``" (without "of ``n_total``" when it is None). Does nothing when ``n_empty`` is 0.
+    ``stacklevel`` is the one the caller would give :func:`warnings.warn` (2: its caller)."""
+    if n_empty:
+        count = f"{n_empty}" if n_total is None else f"{n_empty} of {n_total}"
+        msg = f"{count} {what} {why}; {result}"
+        warnings.warn(msg + (f" ({hint})" if hint else ""), UserWarning, stacklevel=stacklevel + 1)
 
 
 def check_points(x, name: str = "x", *, like: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -172,9 +204,9 @@ def check_labels(labels, n: int, *, device=None, name: str = "labels"):
     """
     if isinstance(labels, torch.Tensor):
         if labels.is_floating_point() and not bool((labels == labels.round()).all()):
-            raise TypeError(f"{name} must be class labels (integers or strings), got non-integer floats")
+            raise TypeError(f"{name} must be integers or strings (class labels), got non-integer floats")
         if labels.is_complex():
-            raise TypeError(f"{name} must be class labels (integers or strings), got complex values")
+            raise TypeError(f"{name} must be integers or strings (class labels), got complex values")
         arr = labels.detach().cpu().numpy()
     else:
         if isinstance(labels, (str, bytes)) or labels is None:
@@ -184,10 +216,10 @@ def check_labels(labels, n: int, *, device=None, name: str = "labels"):
         raise ValueError(f"{name} must have shape ({n},) to match the data, got {tuple(arr.shape)}")
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise TypeError(f"{name} must be class labels (integers or strings), got non-integer floats")
+            raise TypeError(f"{name} must be integers or strings (class labels), got non-integer floats")
         arr = arr.astype(np.int64)
     elif arr.dtype.kind == "c":
-        raise TypeError(f"{name} must be class labels (integers or strings), got complex values")
+        raise TypeError(f"{name} must be integers or strings (class labels), got complex values")
     classes, codes = np.unique(arr, return_inverse=True)
     codes = torch.as_tensor(codes.reshape(-1), dtype=torch.long, device=device)
     if classes.dtype.kind in "iub":

@@ -20,25 +20,31 @@ localization kernels of :mod:`localbook.kernels`:
 * sliding window of width ``w``: :math:`\kappa = 1[|t - s| < w]` (local attention);
 * exponential recency decay :math:`\kappa = e^{-\lambda |t - s|}` (ALiBi, Press et al. 2022).
 
-The module also holds the pieces of chapter 5: a multi-head layer :class:`LocalMeanAttention`,
-a tiny :class:`LocalTransformer`, a character tokenizer, a seeded training loop, the discrete
-(bigram) kernel model :class:`DiscreteKernel`, and :func:`attention_graph` for drawing learned
-weights as a token graph.
+The module holds the temporal kernels, the attention function :func:`local_mean_attention`, the
+multi-head layer :class:`LocalMeanAttention`, the tiny :class:`LocalTransformer`, and
+:func:`attention_graph`, which turns learned weights into a token graph. The language-model
+pieces of chapter 5 (tokenizer, training loop, bigram baselines) are in :mod:`localbook.language`;
+the graph is drawn by :func:`localbook.plotting.draw_attention_graph`.
 """
 from __future__ import annotations
 
 import math
-import os
-import warnings
-from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
-from .kernels import MEMORY_BUDGET, chunk_rows, iter_chunks
+from ._validate import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_positive_float,
+    check_positive_int,
+    warn_empty,
+)
+from .kernels import chunk_rows, iter_chunks
 
 __all__ = [
     "TemporalKernel",
@@ -47,18 +53,8 @@ __all__ = [
     "local_mean_attention",
     "LocalMeanAttention",
     "LocalTransformer",
-    "CharTokenizer",
-    "sample_batch",
-    "train_language_model",
-    "TrainingHistory",
-    "evaluate_loss",
-    "bigram_counts",
-    "bigram_kernel",
-    "DiscreteKernel",
     "AttentionGraph",
     "attention_graph",
-    "word_groups",
-    "draw_attention_graph",
 ]
 
 WEIGHTS = ("softmax", "sparsemax", "entmax15")
@@ -149,21 +145,12 @@ def temporal_kernel(T: int, causal: bool = False, window: Optional[int] = None, 
 
 
 # --- the local mean ----------------------------------------------------------------------------
-def _check_finite(t: torch.Tensor, name: str) -> None:
-    """Reject NaN/inf: one cheap reduction, and the exact check only when the sum is not finite."""
-    if t.numel():
-        with torch.no_grad():
-            ok = bool(torch.isfinite(t.sum()))
-        if not ok:  # a NaN/inf entry, or a sum that overflowed: let as_tensor decide and name it
-            as_tensor(t, name)
-
-
 def _check_qkv(q, k, v):
     q = as_tensor(q, "q", finite=False)
     k = as_tensor(k, "k", like=q, finite=False)
     v = as_tensor(v, "v", like=q, finite=False)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_finite(t, name)
+        check_finite(t, name)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
             raise ValueError(f"{name} must have shape (..., T, d) with at least 2 dimensions, got shape {tuple(t.shape)}")
@@ -251,7 +238,7 @@ def _resolve_weights(weights) -> Callable:
 
 
 def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temporal=None,
-            return_weights=False, fused=True, budget=MEMORY_BUDGET):
+            return_weights=False, fused=True, budget=None):
     """The local mean on validated tensors (no checks on values): see :func:`local_mean_attention`."""
     Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     c = 1.0 / math.sqrt(d) if scale is None else scale
@@ -266,9 +253,8 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
     if empty_rows is not None:
         if bool(empty_rows.any()):
             empty = empty_rows
-            warnings.warn(
-                f"{int(empty_rows.sum())} query row(s) have every key masked by the temporal kernel; their "
-                "outputs are NaN", UserWarning, stacklevel=3)
+            warn_empty(int(empty_rows.sum()), None, "have every key masked by the temporal kernel",
+                       what="query row(s)", result="their outputs are NaN", stacklevel=3)
 
     if weights == "softmax" and fused and not return_weights:
         if isinstance(tl, TemporalKernel) and tl.trivial:
@@ -285,7 +271,7 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
     fn = _resolve_weights(weights)
     nontrivial = not (isinstance(tl, TemporalKernel) and tl.trivial)
     width = max(1, math.prod(batch)) * (2 if return_weights else 1) * (2 if nontrivial else 1)
-    rows = chunk_rows(Tq, Tk, width, q.element_size(), budget)
+    rows = chunk_rows(Tq, Tk, width, q.element_size(), budget, q.device)
     outs, ws = [], []
     for sl in iter_chunks(Tq, rows):
         s = (q[..., sl, :] @ k.transpose(-1, -2)) * c
@@ -475,196 +461,6 @@ class LocalTransformer(nn.Module):
         return out
 
 
-# --- text --------------------------------------------------------------------------------------
-class CharTokenizer:
-    """A character-level tokenizer: the vocabulary is the sorted set of characters of ``text``.
-
-    ``encode(str) → (n,) long tensor``, ``decode(ids) → str``; ``len(tok)`` is ``|V|``.
-    """
-
-    def __init__(self, text: str):
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if not text:
-            raise ValueError("text is empty; a tokenizer needs at least one character")
-        self.chars: List[str] = sorted(set(text))
-        self.index = {c: i for i, c in enumerate(self.chars)}
-
-    def __len__(self) -> int:
-        return len(self.chars)
-
-    def __repr__(self) -> str:
-        return f"CharTokenizer(|V| = {len(self)})"
-
-    def encode(self, text: str) -> torch.Tensor:
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        unknown = sorted(set(text) - self.index.keys())
-        if unknown:
-            raise ValueError(f"text contains {len(unknown)} character(s) not in the vocabulary: {''.join(unknown)!r}")
-        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
-
-    def decode(self, ids) -> str:
-        ids = torch.as_tensor(ids)
-        if ids.is_floating_point() or ids.dtype == torch.bool or ids.ndim > 1:
-            raise TypeError("ids must be a 1-D sequence of integer token ids")
-        ids = ids.reshape(-1).tolist()
-        bad = [i for i in ids if not 0 <= i < len(self)]
-        if bad:
-            raise ValueError(f"ids must be in [0, {len(self)}), got {bad[:5]}")
-        return "".join(self.chars[i] for i in ids)
-
-
-def _check_tokens(tokens, name="tokens") -> torch.Tensor:
-    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 1:
-        raise TypeError(f"{name} must be a 1-D integer tensor of token ids")
-    return tokens.long()
-
-
-def sample_batch(tokens: torch.Tensor, batch_size: int, context: int, generator: Optional[torch.Generator] = None):
-    """``batch_size`` random windows of ``tokens``: inputs ``x (B, T)`` and next tokens ``y (B, T)``."""
-    tokens = _check_tokens(tokens)
-    batch_size = check_positive_int(batch_size, "batch_size")
-    context = check_positive_int(context, "context", maximum=max(1, tokens.numel() - 1))
-    start = torch.randint(0, tokens.numel() - context, (batch_size,), generator=generator)
-    idx = start[:, None] + torch.arange(context)
-    idx = idx.to(tokens.device)
-    return tokens[idx], tokens[idx + 1]
-
-
-@dataclass
-class TrainingHistory:
-    """Losses (mean cross-entropy, nats per token) of :func:`train_language_model`."""
-
-    steps: List[int] = field(default_factory=list)
-    train_loss: List[float] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-def train_language_model(model: nn.Module, tokens: torch.Tensor, *, steps: int = 300, batch_size: int = 32,
-                         context: int = 64, lr: float = 3e-3, seed: int = 0, progress: bool = True,
-                         log_every: int = 10) -> TrainingHistory:
-    r"""Next-token training with AdamW: minimize :math:`-\frac1{BT}\sum \log p(x_{t+1} \mid x_{\le t})`.
-
-    ``model`` maps ``(B, T)`` token ids to ``(B, T, V)`` logits (a :class:`LocalTransformer` or a
-    :class:`DiscreteKernel`). Batches are random windows drawn with a generator seeded by ``seed``
-    (so two runs from the same initial weights give the same history). A tqdm progress bar is shown
-    unless ``progress=False`` or the environment variable ``LOCALBOOK_STATIC`` is set.
-    """
-    import time
-
-    from tqdm.auto import tqdm
-
-    tokens = _check_tokens(tokens)
-    steps = check_positive_int(steps, "steps")
-    lr = check_positive_float(lr, "lr")
-    log_every = check_positive_int(log_every, "log_every")
-    g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=lr / 10)
-    hist = TrainingHistory()
-    static = os.environ.get("LOCALBOOK_STATIC", "").lower() in {"1", "true", "yes"}
-    bar = tqdm(range(steps), disable=static or not progress, desc="training", leave=False)
-    model.train()
-    t0 = time.perf_counter()
-    for step in bar:
-        x, y = sample_batch(tokens, batch_size, context, g)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % log_every == 0 or step == steps - 1:
-            hist.steps.append(step)
-            hist.train_loss.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{hist.train_loss[-1]:.3f}")
-    hist.seconds = time.perf_counter() - t0
-    model.eval()
-    return hist
-
-
-@torch.no_grad()
-def evaluate_loss(model: nn.Module, tokens: torch.Tensor, context: int = 64, max_windows: int = 256) -> float:
-    """Mean next-token cross-entropy (nats) over consecutive non-overlapping windows of ``tokens``."""
-    tokens = _check_tokens(tokens)
-    context = check_positive_int(context, "context", maximum=max(1, tokens.numel() - 1))
-    max_windows = check_positive_int(max_windows, "max_windows")
-    n = min(max_windows, (tokens.numel() - 1) // context)
-    x = tokens[: n * context].view(n, context)
-    y = tokens[1: n * context + 1].view(n, context)
-    was = model.training
-    model.eval()
-    logits = model(x)
-    model.train(was)
-    return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), y.reshape(-1)))
-
-
-# --- discrete kernels ----------------------------------------------------------------------------
-def bigram_counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """``C[a, b] = #{t : x_t = a, x_{t+1} = b}``, ``(V, V)`` in the default float dtype."""
-    tokens = _check_tokens(tokens)
-    V = check_positive_int(vocab_size, "vocab_size")
-    if tokens.numel() < 2:
-        raise ValueError("tokens must hold at least two ids to count bigrams")
-    if int(tokens.min()) < 0 or int(tokens.max()) >= V:
-        raise ValueError(f"tokens must be ids in [0, {V}), got values in [{int(tokens.min())}, {int(tokens.max())}]")
-    flat = tokens[:-1] * V + tokens[1:]
-    return torch.bincount(flat, minlength=V * V).view(V, V).to(torch.get_default_dtype())
-
-
-def bigram_kernel(tokens: torch.Tensor, vocab_size: int, smoothing: float = 1.0) -> torch.Tensor:
-    r"""The bigram local mean :math:`p(b \mid a) = (C_{ab} + \alpha) / \sum_{b'} (C_{ab'} + \alpha)`, ``(V, V)``.
-
-    It is the maximum-likelihood :class:`DiscreteKernel` (row-normalized) when ``smoothing = 0``.
-    """
-    smoothing = check_positive_float(smoothing, "smoothing", allow_zero=True)
-    C = bigram_counts(tokens, vocab_size) + smoothing
-    tot = C.sum(1, keepdim=True)
-    return C / torch.where(tot > 0, tot, torch.ones_like(tot))
-
-
-class DiscreteKernel(nn.Module):
-    r"""A learnable kernel on a discrete space: the next-token local mean with kernel matrix ``K``.
-
-    The prediction after token ``a`` is the local mean of the one-hot next tokens ``e_b`` with
-    weights ``K(a, b)``: :math:`p(b \mid a) = K(a, b) / \sum_{b'} K(a, b')`, ``K = exp(L)``.
-    ``rank=None`` learns the full ``(V, V)`` log kernel ``L``; ``rank = r`` factorizes it as
-    :math:`L = U W^\top/\sqrt r + \mathbf 1 \beta^\top` (``U = query (V, r)`` embeds the current
-    token, ``W = key (V, r)`` the next one, ``β = bias`` is a per-next-token bias). This has
-    the bilinear form of a query–key score, but it compares the current token with the *next* one: it is a factorized
-    (log-bilinear) output layer, not attention, whose query–key kernel compares the current token
-    with the earlier ones. ``forward(idx (..., T))`` returns logits ``(..., T, V)``.
-    """
-
-    def __init__(self, vocab_size: int, rank: Optional[int] = None, seed: int = 0):
-        super().__init__()
-        self.vocab_size = V = check_positive_int(vocab_size, "vocab_size")
-        self.rank = None if rank is None else check_positive_int(rank, "rank", maximum=V)
-        g = torch.Generator().manual_seed(seed)
-        if self.rank is None:
-            self.log_kernel = nn.Parameter(torch.zeros(V, V))
-        else:
-            self.query = nn.Parameter(0.1 * torch.randn(V, self.rank, generator=g))
-            self.key = nn.Parameter(0.1 * torch.randn(V, self.rank, generator=g))
-            self.bias = nn.Parameter(torch.zeros(V))
-
-    def log_matrix(self) -> torch.Tensor:
-        """The log kernel ``L (V, V)``."""
-        if self.rank is None:
-            return self.log_kernel
-        return self.query @ self.key.T / math.sqrt(self.rank) + self.bias
-
-    def kernel(self) -> torch.Tensor:
-        """The row-normalized kernel ``p(b | a)``, ``(V, V)``."""
-        return torch.softmax(self.log_matrix(), dim=-1)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int64, torch.int32):
-            raise TypeError("idx must be an integer tensor of token ids")
-        return self.log_matrix()[idx]
-
-
 # --- attention as a graph ----------------------------------------------------------------------------
 @dataclass
 class AttentionGraph:
@@ -685,30 +481,6 @@ class AttentionGraph:
         for (a, b), w in zip(self.edges.tolist(), self.edge_weights.tolist()):
             G.add_edge(a, b, weight=w)
         return G
-
-
-def word_groups(text: str) -> Tuple[torch.Tensor, List[str]]:
-    """Group the characters of ``text`` into words: ``group (len(text),)`` ids and the word labels.
-
-    Runs of letters, digits and apostrophes form a word; every other non-space character is its
-    own group; whitespace joins the group before it (the first group, at the start of the text).
-    """
-    import re
-
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("text must be a str with at least one non-space character")
-    group = [-1] * len(text)
-    labels: List[str] = []
-    for m in re.finditer(r"[\w'’]+|[^\w\s]", text):
-        group[m.start():m.end()] = [len(labels)] * (m.end() - m.start())
-        labels.append(m.group())
-    prev = next(g for g in group if g >= 0)
-    for i, g in enumerate(group):  # fill whitespace forward: a loop over one short passage
-        if g < 0:
-            group[i] = prev
-        else:
-            prev = g
-    return torch.tensor(group, dtype=torch.long), labels
 
 
 def attention_graph(weights, labels: Sequence[str], groups: Optional[torch.Tensor] = None,
@@ -745,36 +517,3 @@ def attention_graph(weights, labels: Sequence[str], groups: Optional[torch.Tenso
     edges = keep.nonzero()
     return AttentionGraph(labels, W, edges, W[keep])
 
-
-def draw_attention_graph(graph: AttentionGraph, ax=None, max_width: float = 4.0, color="C0"):
-    """Draw an :class:`AttentionGraph` as an arc diagram: tokens in reading order, arcs ``t → s``.
-
-    Arc width and opacity grow with the weight; uses matplotlib only.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch
-
-    ax = ax or plt.gca()
-    N = len(graph.labels)
-    wmax = float(graph.edge_weights.max()) if graph.edge_weights.numel() else 1.0
-    top = 0.5
-    for (a, b), wt in zip(graph.edges.tolist(), graph.edge_weights.tolist()):
-        f = wt / wmax
-        # arc3 bends to the left of the direction of travel: flip the sign so every arc is above the line
-        rad = 0.4 if a > b else -0.4
-        top = max(top, 0.2 * abs(a - b) + 0.3)
-        ax.add_patch(FancyArrowPatch((float(a), 0.0), (float(b), 0.0), connectionstyle=f"arc3,rad={rad}",
-                                     arrowstyle="-|>", mutation_scale=6 + 6 * f, lw=0.3 + max_width * f,
-                                     color=color, alpha=0.25 + 0.7 * f, shrinkA=3, shrinkB=3))
-    ax.scatter(range(N), [0.0] * N, s=18, color="k", zorder=3)
-    for x, lab in enumerate(graph.labels):
-        ax.annotate(lab, (x, 0.0), xytext=(0, -6), textcoords="offset points", rotation=90,
-                    ha="center", va="top", fontsize=9)
-    ax.set_xlim(-0.7, N - 0.3)
-    ax.set_ylim(-0.3 * top, top)
-    ax.set_yticks([])
-    ax.set_xticks([])
-    ax.grid(False)
-    for sp in ax.spines.values():
-        sp.set_visible(False)
-    return ax

@@ -1,6 +1,8 @@
 """Synthetic data sets for the chapters, and loaders of the small data shipped with the package.
 
-Every generator takes a ``seed`` and returns tensors (default float dtype unless ``dtype`` given).
+Every generator is seeded (a ``seed``, or a ``torch.Generator`` for the spurious-feature data of
+chapter 8) and returns tensors (default float dtype unless ``dtype`` given). The spurious-feature
+generators are also exported at the top level (``lb.spurious_gaussian_data``, ...).
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._validate import check_positive_float, check_positive_int, check_choice
+from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
 
 __all__ = ["regression_function", "make_regression_1d", "make_regression_2d", "make_blobs"]
 
@@ -123,3 +125,77 @@ def load_fashion_mnist_subset():
         raise RuntimeError(f"{path.name} is corrupt: its sha256 does not match the recorded one")
     with np.load(path) as d:
         return d["images"].copy(), d["labels"].copy()
+
+
+# --- data with spurious features (chapter 8) ---------------------------------------------------
+__all__ += ["spurious_gaussian_data", "add_noise_border", "spurious_split"]
+
+
+def _spurious_dims(d: int, alpha: float) -> Tuple[int, int]:
+    """``(d_x, d_y)`` with ``d_y = round(α d)`` clipped to ``[1, d − 1]`` (as in the data)."""
+    dy = min(max(1, round(alpha * d)), d - 1)
+    return d - dy, dy
+
+
+
+def _sphere(n, d, generator, dtype, device):
+    g = torch.randn(n, d, generator=generator, dtype=dtype, device=device)
+    return g * (math.sqrt(d) / g.norm(dim=1, keepdim=True))
+
+
+def spurious_gaussian_data(n: int, d: int, alpha: float, generator: Optional[torch.Generator] = None,
+                           counterpart: str = "zero", dtype=None, device=None):
+    r"""Samples :math:`z = [x, y]` with core :math:`x` (``d_x = d − d_y``) and spurious :math:`y` (``d_y = round(αd)``).
+
+    :math:`x` and :math:`y` are independent and uniform on the spheres of radius :math:`\sqrt{d_x}`,
+    :math:`\sqrt{d_y}` (so :math:`\|z\| = \sqrt d`); the label :math:`g = \mathrm{sign}(u^\top x)` with
+    :math:`u = \mathbf 1/\sqrt{d_x}` depends on the core only. The spurious counterpart is
+    :math:`z^s = [0, y]` (``counterpart="zero"``, as in the experiments) or :math:`[\tilde x, y]` with a
+    fresh core :math:`\tilde x` (``"resample"``, same norm as :math:`z`). Returns ``Z (n, d)``,
+    ``g (n,)`` in {−1, +1}, ``Z_spurious (n, d)``.
+    """
+    n = check_positive_int(n, "n")
+    d = check_positive_int(d, "d", minimum=2)
+    alpha = check_positive_float(alpha, "alpha")
+    if alpha >= 1:
+        raise ValueError(f"alpha is the spurious fraction d_y/d and must be in (0, 1), got {alpha}")
+    counterpart = check_choice(counterpart, "counterpart", ["zero", "resample"])
+    dx, dy = _spurious_dims(d, alpha)
+    dtype = dtype or torch.get_default_dtype()
+    x = _sphere(n, dx, generator, dtype, device)
+    y = _sphere(n, dy, generator, dtype, device)
+    g = torch.where(x.sum(1) >= 0, 1.0, -1.0).to(dtype)
+    core = torch.zeros_like(x) if counterpart == "zero" else _sphere(n, dx, generator, dtype, device)
+    return torch.cat([x, y], 1), g, torch.cat([core, y], 1)
+
+
+def add_noise_border(images, width: int, scale: float = 1.0, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    r"""Surround each image with a border of i.i.d. :math:`N(0, \text{scale}^2)` noise ``width`` pixels wide.
+
+    ``images (n, H, W)`` → ``(n, H + 2·width, W + 2·width)``: the border is the spurious feature
+    :math:`y` (independent of the label), the original image the core :math:`x`.
+    """
+    img = as_tensor(images, "images", ndim=(3,))
+    width = check_positive_int(width, "width")
+    scale = check_positive_float(scale, "scale", allow_zero=True)
+    n, H, W = img.shape
+    out = scale * torch.randn(n, H + 2 * width, W + 2 * width, generator=generator, dtype=img.dtype, device=img.device)
+    out[:, width:width + H, width:width + W] = img
+    return out
+
+
+def spurious_split(images, border: int):
+    r"""Split bordered images into the core part (border zeroed) and the spurious part (centre zeroed).
+
+    ``images (n, H, W)`` → ``(core, spurious)``, both ``(n, H, W)`` with ``core + spurious = images``;
+    ``spurious`` is the spurious counterpart :math:`z^s` used to measure spurious accuracy.
+    """
+    img = as_tensor(images, "images", ndim=(3,))
+    border = check_positive_int(border, "border")
+    H, W = img.shape[1:]
+    if 2 * border >= min(H, W):
+        raise ValueError(f"border = {border} leaves no centre in {H}×{W} images; it must be < {min(H, W) / 2}")
+    mask = torch.ones(H, W, dtype=torch.bool, device=img.device)
+    mask[border:H - border, border:W - border] = False
+    spurious = img * mask
+    return img - spurious, spurious

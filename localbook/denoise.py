@@ -23,7 +23,6 @@ sampler for the diffusion models (DDPM) of :cite:`ho2020ddpm`), a small denoisin
 from __future__ import annotations
 
 import math
-import sys
 from typing import Callable, Optional, Sequence, Union
 
 import torch
@@ -38,7 +37,8 @@ from ._validate import (
     check_positive_int,
     check_query,
 )
-from .kernels import MEMORY_BUDGET, chunk_rows, iter_chunks, local_average, scaled_sq_dist
+from .kernels import chunk_rows, iter_chunks, local_average, scaled_sq_dist
+from .notebook import progress_enabled
 
 __all__ = [
     "tweedie_denoise",
@@ -82,14 +82,14 @@ def tweedie_denoise(x_noisy, x_train, sigma) -> torch.Tensor:
     return mean
 
 
-def empirical_score(x, x_train, sigma) -> torch.Tensor:
-    r"""The score :math:`\nabla \log p_\sigma(x)` of the empirical distribution blurred by ``N(0, σ²I)``.
+def empirical_score(x_query, x_train, sigma) -> torch.Tensor:
+    r"""The score :math:`\nabla \log p_\sigma(x)` of the empirical distribution blurred by ``N(0, σ²I)``, at ``x_query``.
 
     Closed form from the denoiser (Tweedie): :math:`\nabla \log p_\sigma(x) = (D(x) - x) / \sigma^2`,
     which is the score of the Gaussian KDE with bandwidth ``h = sigma`` (``kde_score``).
-    Shapes: ``x (m, d)``, ``x_train (n, d)``, ``sigma`` float or ``(d,)``; returns ``(m, d)``.
+    Shapes: ``x_query (m, d)``, ``x_train (n, d)``, ``sigma`` float or ``(d,)``; returns ``(m, d)``.
     """
-    xq, xt, s = _prepare(x, x_train, sigma, query_name="x")
+    xq, xt, s = _prepare(x_query, x_train, sigma, query_name="x_query")
     mean, _ = local_average(xq, xt, xt, s, "gaussian")
     return (mean - xq) / (s * s)
 
@@ -142,7 +142,7 @@ def gaussian_mixture_denoise(x_noisy, means, stds, sigma, weights=None) -> torch
     var = s * s + sigma * sigma  # (c,)
     one = torch.ones(d, dtype=mu.dtype, device=mu.device)
     out = torch.empty_like(xq)
-    rows = chunk_rows(xq.shape[0], c, d + 1, mu.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(xq.shape[0], c, d + 1, mu.element_size(), None, mu.device)
     center = mu.mean(0)
     for sl in iter_chunks(xq.shape[0], rows):
         u2 = scaled_sq_dist(xq[sl], mu, one, center)  # |x̃ - μ_k|², (rows, c)
@@ -315,16 +315,6 @@ class DenoisingAutoencoder(nn.Module):
         return self.data_mean + c_skip * xc + c_out * f
 
 
-def _progress_enabled(progress: Optional[bool]) -> bool:
-    if progress is not None:
-        return bool(progress)
-    from .widgets import is_static
-
-    if is_static():  # the book build and the tests: keep outputs clean
-        return False
-    return "ipykernel" in sys.modules or bool(getattr(sys.stderr, "isatty", lambda: False)())
-
-
 def train_dae(
     model: DenoisingAutoencoder,
     x_train,
@@ -386,7 +376,7 @@ def _train_loop(model, x, levels, n_steps, batch_size, lr, seed, progress):
     losses = torch.empty(n_steps, dtype=p.dtype, device=p.device)
     sd = model.data_std
     model.train()
-    bar = tqdm(range(n_steps), desc="training DAE", disable=not _progress_enabled(progress), leave=False)
+    bar = tqdm(range(n_steps), desc="training DAE", disable=not progress_enabled(progress), leave=False)
     for step in bar:
         idx = torch.randint(0, x.shape[0], (batch_size,), generator=g, device=p.device)
         s = levels[torch.randint(0, levels.shape[0], (batch_size,), generator=g, device=p.device)]
@@ -407,7 +397,7 @@ def _train_loop(model, x, levels, n_steps, batch_size, lr, seed, progress):
 
 
 # --- modern Hopfield networks ----------------------------------------------------------------
-def hopfield_retrieve(patterns, query, beta: float, steps: int = 1) -> torch.Tensor:
+def hopfield_retrieve(query, patterns, beta: float, steps: int = 1) -> torch.Tensor:
     r"""The modern Hopfield update :math:`\xi \leftarrow X^\top \mathrm{softmax}(\beta X \xi)`, ``steps`` times.
 
     A local mean of the stored patterns :math:`x_i` (rows of ``patterns``) with the exponential
@@ -416,8 +406,8 @@ def hopfield_retrieve(patterns, query, beta: float, steps: int = 1) -> torch.Ten
     the pattern with the largest :math:`\langle x_i, \xi\rangle` (the nearest one when norms are
     equal); small ``beta`` returns averages (metastable states). Computed in log space, chunked.
 
-    Shapes: ``patterns (n, d)``, ``query (m, d)`` or ``(d,)`` for one state (then returns
-    ``(d,)``); ``beta > 0``; ``steps ≥ 1``. Returns ``(m, d)``.
+    Shapes: ``query (m, d)`` or ``(d,)`` for one state (then returns ``(d,)``), ``patterns (n, d)``
+    (the (query, data) order of every local mean); ``beta > 0``; ``steps ≥ 1``. Returns ``(m, d)``.
     """
     X = check_points(patterns, "patterns")
     beta = check_positive_float(beta, "beta")
@@ -426,7 +416,7 @@ def hopfield_retrieve(patterns, query, beta: float, steps: int = 1) -> torch.Ten
     single = q.ndim == 1 and X.shape[1] > 1
     q = q[None, :] if single else q
     q = check_query(q, X, "query")
-    rows = chunk_rows(q.shape[0], X.shape[0], 1, X.element_size(), MEMORY_BUDGET)
+    rows = chunk_rows(q.shape[0], X.shape[0], 1, X.element_size(), None, X.device)
     for _ in range(steps):
         new = torch.empty_like(q)
         for sl in iter_chunks(q.shape[0], rows):

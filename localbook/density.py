@@ -30,7 +30,7 @@ from ._validate import (
     check_positive_int,
     check_query,
 )
-from .kernels import KERNELS, MEMORY_BUDGET, Kernel, chunk_rows, get_kernel, iter_chunks, local_average, scaled_sq_dist
+from .kernels import KERNELS, Kernel, _knn, chunk_rows, get_kernel, iter_chunks, local_average, scaled_sq_dist
 
 __all__ = [
     "log_kernel_constant",
@@ -196,7 +196,7 @@ def _local_step(q: torch.Tensor, x: torch.Tensor, h: torch.Tensor, kern: Kernel)
         b2 = (b * b).sum(1)
         b_aug = torch.cat([2.0 * b, -b2[:, None]], dim=1)  # (n, d + 1)
         x1 = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)  # sums and the count in one product
-        rows = chunk_rows(q.shape[0], x.shape[0], 1, x.element_size(), MEMORY_BUDGET)
+        rows = chunk_rows(q.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
         sums = torch.empty(q.shape[0], x.shape[1] + 1, dtype=x.dtype, device=x.device)
         for sl in iter_chunks(q.shape[0], rows):
             a = (q[sl] - center) / h
@@ -255,13 +255,8 @@ def _merge_modes(points: torch.Tensor, log_mass: torch.Tensor, h: torch.Tensor, 
 
 
 def _nearest(q: torch.Tensor, centers: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """Index of the nearest centre (scaled distance) for every row of ``q``, chunked."""
-    out = torch.empty(q.shape[0], dtype=torch.long, device=q.device)
-    rows = chunk_rows(q.shape[0], centers.shape[0], 1, q.element_size())
-    center = centers.mean(0)
-    for sl in iter_chunks(q.shape[0], rows):
-        out[sl] = scaled_sq_dist(q[sl], centers, h, center).argmin(1)
-    return out
+    """Index of the nearest centre (scaled distance; ties: the first) for every row of ``q``."""
+    return _knn(q, centers, 1, h, centers.mean(0))[1][:, 0]
 
 
 def mean_shift(
@@ -406,7 +401,7 @@ def _medoid_successors(pts: torch.Tensor, weight: torch.Tensor, h: torch.Tensor,
     mean = sums[:, :-1] / sums[:, -1:]
     log_mass = log_sum + torch.log(sums[:, -1])
     nxt = torch.empty(c, dtype=torch.long, device=pts.device)
-    rows = chunk_rows(c, c, 1, pts.element_size())
+    rows = chunk_rows(c, c, 1, pts.element_size(), None, pts.device)
     center = pts.mean(0)
     for sl in iter_chunks(c, rows):
         d2 = scaled_sq_dist(mean[sl], pts, h, center)

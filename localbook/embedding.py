@@ -21,8 +21,7 @@ from typing import Optional
 import torch
 
 from ._validate import as_tensor, check_choice, check_points, check_positive_float, check_positive_int
-from .kernels import chunk_rows, iter_chunks
-from .local_mean import _nearest
+from .kernels import _knn, chunk_rows, iter_chunks
 
 __all__ = [
     "lle_weights",
@@ -58,7 +57,7 @@ def lle_weights(x, n_neighbors: int = 10, reg: float = 1e-3):
     if k is None:
         raise ValueError("x needs at least two points for LLE")
     reg = check_positive_float(reg, "reg", allow_zero=True)
-    idx = _nearest(x, x, k + 1)[:, 1:]  # the nearest point is the point itself
+    idx = _knn(x, x, k + 1)[1][:, 1:]  # the nearest point is the point itself
     w = torch.empty(n, k, dtype=x.dtype, device=x.device)
     rows = chunk_rows(n, k * (x.shape[1] + k), 1, x.element_size(), None, x.device)
     for sl in iter_chunks(n, rows):
@@ -290,7 +289,7 @@ def trimap_triplets(x, n_inliers: int = 10, n_outliers: int = 5, n_random: int =
     n_random = check_positive_int(n_random, "n_random", minimum=0)
     gamma = check_positive_float(gamma, "gamma")
     g = torch.Generator(device="cpu").manual_seed(seed)
-    nn = _nearest(x, x, max(n_inliers, 6) + 1)[:, 1:]  # drop the point itself
+    nn = _knn(x, x, max(n_inliers, 6) + 1)[1][:, 1:]  # drop the point itself
     d_nn = torch.sqrt(((x[nn] - x[:, None, :]) ** 2).sum(-1))  # (n, K)
     sigma = d_nn[:, 3:6].mean(1).clamp(min=torch.finfo(x.dtype).tiny)
 

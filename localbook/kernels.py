@@ -23,15 +23,14 @@ its nearest neighbours' values instead of ``0/0``.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Tuple
 
 import torch
 
-from ._validate import check_bandwidth, check_choice, check_points, check_query
+from ._validate import check_bandwidth, check_choice, check_points, check_positive_int, check_query, warn_empty
 
-__all__ = ["Kernel", "KERNELS", "get_kernel", "kernel_profile", "kernel_matrix", "scaled_sq_dist"]
+__all__ = ["Kernel", "KERNELS", "get_kernel", "kernel_profile", "kernel_matrix", "scaled_sq_dist", "knn_search"]
 
 #: Default memory budget (bytes) for one chunk of pairwise work on a GPU.
 MEMORY_BUDGET = 256 * 2**20
@@ -148,7 +147,12 @@ def kernel_matrix(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tens
 
 
 def chunk_rows(m: int, n: int, width: int = 1, itemsize: int = 8, budget: Optional[int] = None, device="cpu") -> int:
-    """Rows per chunk so that about four ``(rows, n, width)`` temporaries fit in ``budget``."""
+    """Rows per chunk so that about four ``(rows, n, width)`` temporaries fit in ``budget``.
+
+    The one place the memory budget is chosen: ``budget=None`` picks it by ``device``
+    (:func:`default_budget`: 16 MiB on the CPU, 256 MiB on an accelerator). Every chunked loop of
+    the package calls this with its tensors' device.
+    """
     budget = default_budget(device) if budget is None else budget
     per_row = max(1, 4 * n * width * itemsize)
     return max(1, min(m, budget // per_row))
@@ -234,11 +238,50 @@ def local_average(
         if mean is not None:
             mean[empty] = math.nan
         if warn_empty:
-            warnings.warn(
-                f"{n_empty} of {m} queries have no data point within the bandwidth of the compact "
-                f"{kern.name!r} kernel; their estimates are NaN (use a larger bandwidth or a kernel "
-                "with unbounded support)",
-                UserWarning,
-                stacklevel=3,
-            )
+            warn_empty_kernel(n_empty, m, kern.name, stacklevel=3)
     return mean, log_sum
+
+
+def warn_empty_kernel(n_empty: int, m: int, kernel_name: str, *, stacklevel: int = 2) -> None:
+    """The empty-neighbourhood warning of a compact kernel (through ``_validate.warn_empty``)."""
+    warn_empty(n_empty, m, f"have no data point within the bandwidth of the compact {kernel_name!r} kernel",
+               hint="use a larger bandwidth or a kernel with unbounded support", stacklevel=stacklevel + 1)
+
+
+def _knn(xq: torch.Tensor, x: torch.Tensor, n_neighbors: int, h: Optional[torch.Tensor] = None,
+         center: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(u2, idx)``: squared scaled distances ``(m, k)`` (ascending) and indices of the ``k``
+    nearest rows of ``x`` for each row of ``xq``, on validated tensors, in row chunks under the
+    device's budget. ``h`` defaults to 1 (Euclidean); for ``k = 1`` ties go to the first point."""
+    m, n = xq.shape[0], x.shape[0]
+    if h is None:
+        h = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+    if center is None:
+        center = data_center(x)
+    rows = chunk_rows(m, n, 1, x.element_size(), None, x.device)
+    u2 = torch.empty(m, n_neighbors, dtype=x.dtype, device=x.device)
+    idx = torch.empty(m, n_neighbors, dtype=torch.long, device=x.device)
+    for sl in iter_chunks(m, rows):
+        d2 = scaled_sq_dist(xq[sl], x, h, center)
+        if n_neighbors == 1:
+            i = d2.argmin(1, keepdim=True)
+            idx[sl], u2[sl] = i, d2.gather(1, i)
+        else:
+            u2[sl], idx[sl] = torch.topk(d2, n_neighbors, dim=1, largest=False)
+    return u2, idx
+
+
+def knn_search(x_query, x, n_neighbors: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The ``k = n_neighbors`` nearest points of ``x`` to each query (Euclidean distance).
+
+    Returns ``(distances (m, k), indices (m, k))``, each row sorted by distance (ties: an
+    unspecified order among the tied points, the first point for ``k = 1``). Chunked under the
+    device's memory budget (``chunk_rows``), on ``x``'s device. Shapes: ``x_query (m, d)``,
+    ``x (n, d)`` (1-D means ``d = 1``), ``1 ≤ n_neighbors ≤ n``. Used by :func:`knn_regress`,
+    :func:`knn_classify`, :func:`knn_bandwidth` and the mean-shift labels.
+    """
+    x = check_points(x, "x")
+    xq = check_query(x_query, x)
+    k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
+    u2, idx = _knn(xq, x, k)
+    return torch.sqrt(u2), idx

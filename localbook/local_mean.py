@@ -21,12 +21,23 @@ from ._validate import (
     as_tensor,
     check_bandwidth,
     check_choice,
+    check_labels,
     check_points,
     check_positive_int,
     check_query,
     check_targets,
 )
-from .kernels import chunk_rows, data_center, get_kernel, iter_chunks, local_average, log_weights, scaled_sq_dist
+from .kernels import (
+    _knn,
+    chunk_rows,
+    data_center,
+    get_kernel,
+    iter_chunks,
+    local_average,
+    log_weights,
+    scaled_sq_dist,
+    warn_empty_kernel,
+)
 
 __all__ = [
     "nadaraya_watson",
@@ -124,16 +135,6 @@ def _ll_chunks(xq, x, h, kernel, width: int):
         yield sl, _ll_weights(xq[sl], x, h, kern, center)
 
 
-def _warn_empty(n_empty: int, m: int, kernel: str):
-    if n_empty:
-        warnings.warn(
-            f"{n_empty} of {m} queries have no data point within the bandwidth of the compact "
-            f"{kernel!r} kernel; their estimates are NaN",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
 def local_linear(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
     r"""Local linear regression: the intercept of a kernel-weighted least-squares line at each query.
 
@@ -145,7 +146,7 @@ def local_linear(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch.Te
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
     for sl, ell in _ll_chunks(xq, x, h, kernel, y2.shape[1]):
         out[sl] = ell @ y2
-    _warn_empty(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
+    warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
     return out[:, 0] if squeeze else out
 
 
@@ -165,19 +166,8 @@ def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.
     out = torch.empty(xq.shape[0], x.shape[0], dtype=x.dtype, device=x.device)
     for sl, ell in _ll_chunks(xq, x, h, kernel, 1):
         out[sl] = ell
-    _warn_empty(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
+    warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
     return out
-
-
-def _nearest(xq, x, n_neighbors):
-    """Indices of the ``n_neighbors`` nearest points of ``x`` to each query, chunked."""
-    one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
-    center = data_center(x)
-    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
-    idx = torch.empty(xq.shape[0], n_neighbors, dtype=torch.long, device=x.device)
-    for sl in iter_chunks(xq.shape[0], rows):
-        idx[sl] = torch.topk(scaled_sq_dist(xq[sl], x, one, center), n_neighbors, dim=1, largest=False).indices
-    return idx
 
 
 def knn_regress(x_query, x, y, n_neighbors: int = 5) -> torch.Tensor:
@@ -192,7 +182,7 @@ def knn_regress(x_query, x, y, n_neighbors: int = 5) -> torch.Tensor:
     xq = check_query(x_query, x)
     y2, squeeze = check_targets(y, x.shape[0], like=x)
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
-    out = y2[_nearest(xq, x, k)].mean(dim=1)
+    out = y2[_knn(xq, x, k)[1]].mean(dim=1)
     return out[:, 0] if squeeze else out
 
 
@@ -200,23 +190,17 @@ def knn_classify(x_query, x, labels, n_neighbors: int = 5, return_proba: bool = 
     r"""KNN classification: the local mean of one-hot labels, then its argmax.
 
     Returns predicted labels ``(m,)`` (ties go to the smallest label), and with
-    ``return_proba=True`` also ``(proba (m, c), classes (c,))``.
+    ``return_proba=True`` also ``(proba (m, c), classes (c,))``. Labels are integers (a long
+    tensor comes back) or strings and other objects (a numpy array comes back).
     """
     x = check_points(x, "x")
     xq = check_query(x_query, x)
-    lab = torch.as_tensor(labels, device=x.device) if not isinstance(labels, torch.Tensor) else labels.to(x.device)
-    if lab.is_floating_point() or lab.is_complex() or lab.dtype == torch.bool:
-        if lab.is_floating_point() and bool((lab == lab.round()).all()):
-            lab = lab.long()
-        else:
-            raise TypeError("labels must be integers (class ids)")
-    if lab.ndim != 1 or lab.shape[0] != x.shape[0]:
-        raise ValueError(f"labels must have shape ({x.shape[0]},) to match x, got {tuple(lab.shape)}")
+    classes, codes = check_labels(labels, x.shape[0], device=x.device)
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
-    classes, codes = torch.unique(lab, return_inverse=True)
     onehot = torch.nn.functional.one_hot(codes, len(classes)).to(x.dtype)
-    proba = onehot[_nearest(xq, x, k)].mean(dim=1)
-    pred = classes[proba.argmax(dim=1)]
+    proba = onehot[_knn(xq, x, k)[1]].mean(dim=1)
+    best = proba.argmax(dim=1)
+    pred = classes[best] if isinstance(classes, torch.Tensor) else classes[best.cpu().numpy()]
     return (pred, proba, classes) if return_proba else pred
 
 
@@ -225,14 +209,7 @@ def knn_bandwidth(x_query, x, n_neighbors: int = 10) -> torch.Tensor:
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
-    one = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
-    center = data_center(x)
-    rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
-    out = torch.empty(xq.shape[0], dtype=x.dtype, device=x.device)
-    for sl in iter_chunks(xq.shape[0], rows):
-        d2 = torch.topk(scaled_sq_dist(xq[sl], x, one, center), k, dim=1, largest=False).values[:, -1]
-        out[sl] = torch.sqrt(d2)
-    return out
+    return torch.sqrt(_knn(xq, x, k)[0][:, -1])
 
 
 def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str = "gaussian", scale: float = 1.0):
@@ -260,7 +237,7 @@ def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str =
     for sl in iter_chunks(xq.shape[0], rows):
         lw = kern.log_profile(scaled_sq_dist(xq[sl], x, one, center) / hq[sl, None] ** 2)
         out[sl] = torch.softmax(lw, dim=1) @ y2
-    _warn_empty(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kern.name)
+    warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kern.name)
     return out[:, 0] if squeeze else out
 
 

@@ -1,5 +1,21 @@
-"""Notebook helpers the chapters share: ``glue`` for run-dependent numbers in the prose."""
+"""Notebook helpers the chapters share: ``glue`` for run-dependent numbers in the prose, and the
+progress-bar rule every training loop follows (``progress_enabled``)."""
+import sys
+
 __all__ = ["glue"]
+
+
+def progress_enabled(progress=None) -> bool:
+    """Whether a training loop shows a progress bar: ``progress`` when given, else only when
+    interactive (Jupyter or a terminal) and never in static mode (``LOCALBOOK_STATIC``: the book
+    build and the tests)."""
+    if progress is not None:
+        return bool(progress)
+    from .widgets import is_static
+
+    if is_static():  # the book build and the tests: keep outputs clean
+        return False
+    return "ipykernel" in sys.modules or bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def _plain(value):

@@ -1,4 +1,4 @@
-"""localbook.attention against PyTorch's SDPA, nn.MultiheadAttention, an explicit local mean, and properties."""
+"""localbook.attention (and localbook.language) against PyTorch's SDPA, nn.MultiheadAttention, an explicit local mean, and properties."""
 import math
 
 import pytest
@@ -6,7 +6,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-import localbook.attention as A
+import localbook as A  # every public name is top-level: lb.local_mean_attention, ...
+from localbook._validate import check_finite
+from localbook.attention import _attend
 
 
 @pytest.fixture(autouse=True)
@@ -91,8 +93,8 @@ def test_temporal_kernels_equal_explicit_local_mean(T, d, causal, window, decay,
 def test_chunked_path_equals_one_chunk():
     q, k, v = _qkv(shape_b=(2,), Tq=50, Tk=50)
     tk = A.TemporalKernel(causal=True, window=7, decay=0.3)
-    one = A._attend(q, k, v, (2,), temporal=tk, fused=False)
-    many = A._attend(q, k, v, (2,), temporal=tk, fused=False, budget=1)  # one query row per chunk
+    one = _attend(q, k, v, (2,), temporal=tk, fused=False)
+    many = _attend(q, k, v, (2,), temporal=tk, fused=False, budget=1)  # one query row per chunk
     torch.testing.assert_close(one, many, atol=1e-12, rtol=1e-12)
 
 
@@ -230,7 +232,7 @@ def test_transformer_shapes_causality_and_training(device):
     idx2[:, 8:] = (idx2[:, 8:] + 1) % 11
     torch.testing.assert_close(m(idx2)[:, :8], logits[:, :8])  # no peeking at the future
     tokens = torch.arange(300, device=device) % 11  # a periodic sequence is easy to learn
-    h1 = A.train_language_model(m, tokens, steps=30, batch_size=8, context=12, lr=1e-2, seed=1, progress=False)
+    h1 = A.train_language_model(m, tokens, n_steps=30, batch_size=8, context=12, lr=1e-2, seed=1, progress=False)
     assert h1.train_loss[-1] < 0.5 * h1.train_loss[0]
     assert A.evaluate_loss(m, tokens, context=12) < math.log(11)
     out = m.generate(tokens[:5], 7, seed=3)
@@ -244,7 +246,7 @@ def test_training_is_seeded():
     for _ in range(2):
         torch.manual_seed(5)
         m = A.LocalTransformer(7, d_model=8, n_heads=2, n_layers=1, context=8)
-        losses.append(A.train_language_model(m, tokens, steps=5, batch_size=4, context=8, seed=2, progress=False).train_loss)
+        losses.append(A.train_language_model(m, tokens, n_steps=5, batch_size=4, context=8, seed=2, progress=False).train_loss)
     assert losses[0] == losses[1]
 
 
@@ -365,9 +367,9 @@ def test_bad_inputs_are_rejected_clearly():
 
 def test_finite_check_is_exact_when_the_sum_overflows():
     big = torch.full((2, 3), 1e308)
-    A._check_finite(big, "q")  # every entry finite: accepted although the sum is inf
+    check_finite(big, "q")  # every entry finite: accepted although the sum is inf
     with pytest.raises(ValueError, match="v contains 1 NaN"):
-        A._check_finite(torch.tensor([[1.0, math.nan]]), "v")
+        check_finite(torch.tensor([[1.0, math.nan]]), "v")
 
 
 @pytest.mark.parametrize("causal", [False, True])

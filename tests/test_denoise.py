@@ -119,7 +119,7 @@ def test_outputs_follow_device_and_dtype(device):
         for f in (lb.tweedie_denoise, lb.empirical_score):
             out = f(qt, xt, 0.5)
             assert out.device.type == device.type and out.dtype == dtype and out.shape == q.shape
-        out = lb.hopfield_retrieve(xt, qt, 2.0)
+        out = lb.hopfield_retrieve(qt, xt, 2.0)
         assert out.device.type == device.type and out.dtype == dtype and out.shape == q.shape
     ref = lb.tweedie_denoise(q, x, 0.5)
     torch.testing.assert_close(lb.tweedie_denoise(q.to(device), x.to(device), 0.5).cpu(), ref, rtol=0, atol=1e-10)
@@ -283,9 +283,9 @@ def test_hopfield_large_beta_returns_nearest_pattern():
     P = torch.nn.functional.normalize(torch.randn(30, 16, generator=g, dtype=torch.float64), dim=1)
     q = P + 0.2 * torch.randn(30, 16, generator=g, dtype=torch.float64)
     nearest = torch.cdist(q, P).argmin(1)
-    out = lb.hopfield_retrieve(P, q, beta=1e4)
+    out = lb.hopfield_retrieve(q, P, beta=1e4)
     torch.testing.assert_close(out, P[nearest], rtol=0, atol=1e-10)
-    one = lb.hopfield_retrieve(P, q[3], beta=1e4)  # a single (d,) state
+    one = lb.hopfield_retrieve(q[3], P, beta=1e4)  # a single (d,) state
     assert one.shape == (16,)
     torch.testing.assert_close(one, P[nearest[3]], rtol=0, atol=1e-10)
 
@@ -294,15 +294,15 @@ def test_hopfield_is_a_local_mean():
     x, q = _data(n=40, d=4)
     beta = 0.7
     ref = torch.softmax(beta * q @ x.T, dim=1) @ x
-    torch.testing.assert_close(lb.hopfield_retrieve(x, q, beta), ref, rtol=0, atol=1e-12)
-    two = lb.hopfield_retrieve(x, q, beta, steps=2)
-    torch.testing.assert_close(two, lb.hopfield_retrieve(x, ref, beta), rtol=0, atol=1e-12)
+    torch.testing.assert_close(lb.hopfield_retrieve(q, x, beta), ref, rtol=0, atol=1e-12)
+    two = lb.hopfield_retrieve(q, x, beta, steps=2)
+    torch.testing.assert_close(two, lb.hopfield_retrieve(ref, x, beta), rtol=0, atol=1e-12)
     # equal-norm patterns: the Gaussian local mean with h² = 1/β
     P = torch.nn.functional.normalize(x, dim=1)
-    torch.testing.assert_close(lb.hopfield_retrieve(P, q, beta), lb.nadaraya_watson(q, P, P, 1 / math.sqrt(beta)),
+    torch.testing.assert_close(lb.hopfield_retrieve(q, P, beta), lb.nadaraya_watson(q, P, P, 1 / math.sqrt(beta)),
                                rtol=0, atol=1e-10)
     # β → 0: the mean of all patterns
-    torch.testing.assert_close(lb.hopfield_retrieve(x, q, 1e-12), x.mean(0).expand_as(q), rtol=0, atol=1e-9)
+    torch.testing.assert_close(lb.hopfield_retrieve(q, x, 1e-12), x.mean(0).expand_as(q), rtol=0, atol=1e-9)
 
 
 # --- bad inputs -------------------------------------------------------------------------------
@@ -334,10 +334,10 @@ def test_hopfield_is_a_local_mean():
         (lambda x, q: lb.annealed_langevin(lb.empirical_denoiser(x), q, [1.0], n_steps=0), ValueError, "n_steps"),
         (lambda x, q: lb.annealed_langevin(lb.empirical_denoiser(x), q, [1.0], step_size=-1), ValueError, "step_size"),
         (lambda x, q: lb.annealed_langevin(lb.empirical_denoiser(x), q[:0], [1.0]), ValueError, "x_init"),
-        (lambda x, q: lb.hopfield_retrieve(x, q, 0.0), ValueError, "beta"),
-        (lambda x, q: lb.hopfield_retrieve(x, q, 1.0, steps=0), ValueError, "steps"),
-        (lambda x, q: lb.hopfield_retrieve(x, q[:, :1], 1.0), ValueError, "query"),
-        (lambda x, q: lb.hopfield_retrieve(x[:0], q, 1.0), ValueError, "patterns"),
+        (lambda x, q: lb.hopfield_retrieve(q, x, 0.0), ValueError, "beta"),
+        (lambda x, q: lb.hopfield_retrieve(q, x, 1.0, steps=0), ValueError, "steps"),
+        (lambda x, q: lb.hopfield_retrieve(q[:, :1], x, 1.0), ValueError, "query"),
+        (lambda x, q: lb.hopfield_retrieve(q, x[:0], 1.0), ValueError, "patterns"),
         (lambda x, q: lb.DenoisingAutoencoder(0), ValueError, "dim"),
         (lambda x, q: lb.DenoisingAutoencoder(2)(q[:, :1], 0.5), ValueError, "model expects"),
         (lambda x, q: lb.DenoisingAutoencoder(2)(q.float(), -0.5), ValueError, "sigma"),

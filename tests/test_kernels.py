@@ -111,3 +111,75 @@ def test_widgets_static_mode_draws_small_multiples(monkeypatch):
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 2
     with pytest.raises(ValueError, match="static must list"):
         lb.widgets.interactive_figure(plot, {}, [])
+
+
+# --- one nearest-neighbour search, one budget, one finite check, one empty warning -----------
+def test_knn_search_matches_sklearn_and_brute_force(device):
+    from sklearn.neighbors import NearestNeighbors
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, 3, generator=g, dtype=torch.float64)
+    q = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    dist, idx = lb.knn_search(q.to(device), x.to(device), 6)
+    assert dist.device.type == device.type and idx.dtype == torch.long and dist.shape == (40, 6)
+    ref_d, ref_i = NearestNeighbors(n_neighbors=6).fit(x.numpy()).kneighbors(q.numpy())
+    np.testing.assert_array_equal(idx.cpu().numpy(), ref_i)
+    # squared distances by a matrix product: rounding at the scale of |x|², then a square root
+    np.testing.assert_allclose(dist.cpu().numpy(), ref_d, rtol=0, atol=1e-7)
+    assert bool((dist[:, 1:] >= dist[:, :-1]).all())  # sorted rows
+    d1, i1 = lb.knn_search(q, x, 1)
+    np.testing.assert_array_equal(i1[:, 0].numpy(), torch.cdist(q, x).argmin(1).numpy())
+    with pytest.raises(ValueError, match="n_neighbors"):
+        lb.knn_search(q, x, 301)
+    with pytest.raises(ValueError, match="x_query"):
+        lb.knn_search(q[:, :2], x, 3)
+
+
+def test_knn_search_chunks_give_the_same_answer(monkeypatch):
+    import localbook.kernels as kern
+
+    g = torch.Generator().manual_seed(4)
+    x, q = torch.randn(200, 2, generator=g, dtype=torch.float64), torch.randn(50, 2, generator=g, dtype=torch.float64)
+    full = lb.knn_search(q, x, 4)
+    monkeypatch.setattr(kern, "CPU_MEMORY_BUDGET", 4 * 200 * 8 * 3)  # three query rows per chunk
+    assert kern.chunk_rows(50, 200, 1, 8) == 3
+    small = lb.knn_search(q, x, 4)
+    assert torch.equal(small[1], full[1])
+    # the matrix product's blocking depends on the chunk: distances agree to rounding
+    torch.testing.assert_close(small[0], full[0], rtol=0, atol=1e-13)
+
+
+def test_chunk_rows_picks_the_budget_by_device():
+    from localbook.kernels import CPU_MEMORY_BUDGET, MEMORY_BUDGET, chunk_rows
+
+    per_row = 4 * 1000 * 8
+    assert chunk_rows(10**6, 1000, 1, 8, None, "cpu") == CPU_MEMORY_BUDGET // per_row
+    assert chunk_rows(10**6, 1000, 1, 8, None, "meta") == MEMORY_BUDGET // per_row  # an accelerator
+    assert chunk_rows(10**6, 1000, 1, 8, per_row * 5, "cpu") == 5  # an explicit budget wins
+    assert chunk_rows(3, 1000, 1, 8, None, "cpu") == 3
+
+
+def test_check_finite_counts_bad_entries_and_accepts_overflowing_sums():
+    big = torch.full((4, 3), torch.finfo(torch.float32).max)  # every entry finite, the sum is inf
+    assert V.check_finite(big, "q") is big
+    t = torch.zeros(5, 2, 3)
+    t[1, 0, 2], t[4, 1, 1] = math.nan, -math.inf
+    with pytest.raises(ValueError, match="t contains 2 NaN or infinite"):
+        V.check_finite(t, "t")
+    with pytest.raises(ValueError, match="v contains 1 NaN"):
+        V.as_tensor([1.0, math.inf], "v")
+    V.check_finite(torch.empty(0), "e")
+
+
+def test_one_empty_neighbourhood_warning():
+    with pytest.warns(UserWarning, match="3 of 7 queries have no neighbour; their estimates are NaN"):
+        V.warn_empty(3, 7, "have no neighbour")
+    with pytest.warns(UserWarning, match="no data point within the bandwidth of the compact 'uniform'"):
+        lb.nadaraya_watson([5.0], [0.0, 1.0], [1.0, 2.0], 0.5, kernel="uniform")
+    with pytest.warns(UserWarning, match="no data point within the bandwidth of the compact 'uniform'"):
+        lb.local_linear([5.0], [0.0, 1.0], [1.0, 2.0], 0.5, kernel="uniform")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        V.warn_empty(0, 7, "have no neighbour")  # nothing to say

@@ -169,6 +169,18 @@ def test_knn_is_a_local_mean_and_matches_sklearn():
     assert agree > 0.95
 
 
+def test_knn_classify_accepts_string_labels():
+    x, y, q = _data(120, 2, seed=6)
+    codes = (y > 0).astype(int) + (x[:, 0] > 0.5)
+    names = np.array(["apple", "banana", "cherry"])[codes]
+    pred, proba, classes = lb.knn_classify(q, x, names, 5, return_proba=True)
+    pred_int, proba_int, classes_int = lb.knn_classify(q, x, codes, 5, return_proba=True)
+    assert list(classes) == ["apple", "banana", "cherry"] and classes_int.tolist() == [0, 1, 2]
+    torch.testing.assert_close(proba, proba_int, rtol=0, atol=0)
+    np.testing.assert_array_equal(pred, classes[pred_int.numpy()])
+    assert list(lb.knn_classify(q, x, list(names), 5)) == list(pred)  # a plain list works too
+
+
 def _knn_loo_brute(x, y, k):
     """Leave-one-out residuals of k-NN regression by n explicit refits."""
     out = torch.empty(len(x), dtype=x.dtype)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import localbook as lb
-from localbook import memorization as M
+import localbook as M  # memorization, features and datasets: every name is top-level
 
 
 def _problem(N=10, p=30, m=4, seed=0, device="cpu"):
