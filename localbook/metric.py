@@ -125,9 +125,12 @@ def _optimize(A0, x_fit, y_fit, val, *, max_iter, check_every, patience, budget)
     """L-BFGS on the MLKR loss from ``A0``; with ``val = (x_val, y_val)`` early stopping."""
     A = A0.detach().clone(memory_format=torch.contiguous_format).requires_grad_(True)
     m = x_fit.shape[0]
-    opt = torch.optim.LBFGS([A], lr=1.0, max_iter=check_every, history_size=20,
-                            line_search_fn="strong_wolfe", tolerance_grad=1e-10,
-                            tolerance_change=1e-12)
+    # max_eval must be set with max_iter: torch's default, max_iter * 5 // 4, is 1 for one
+    # iteration per step, which leaves the strong-Wolfe line search no evaluations at all
+    # (and, when max_iter is raised afterwards, stops L-BFGS after a single iteration)
+    opt = torch.optim.LBFGS([A], lr=1.0, max_iter=check_every, max_eval=25 * check_every,
+                            history_size=20, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-10, tolerance_change=1e-12)
 
     def closure():
         opt.zero_grad()
@@ -137,6 +140,7 @@ def _optimize(A0, x_fit, y_fit, val, *, max_iter, check_every, patience, budget)
 
     if val is None:
         opt.param_groups[0]["max_iter"] = max_iter
+        opt.param_groups[0]["max_eval"] = 25 * max_iter
         opt.step(closure)
         return A.detach()
     best = A.detach().clone()

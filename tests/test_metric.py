@@ -142,6 +142,57 @@ def test_fit_metric_shapes_low_rank_and_determinism():
     assert A2.shape == (4, 4) and torch.isfinite(A2).all()
 
 
+def _recording_lbfgs(monkeypatch):
+    """Replace torch.optim.LBFGS by a subclass that records its instances."""
+    made = []
+
+    class Recording(torch.optim.LBFGS):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(torch.optim, "LBFGS", Recording)
+    return made
+
+
+def test_fit_metric_without_early_stopping_runs_max_iter_lbfgs_iterations(monkeypatch):
+    # regression: torch's default max_eval (max_iter * 5 // 4 = 1 when the optimizer is built
+    # for one iteration) stopped the no-early-stopping run after a single iteration
+    made = _recording_lbfgs(monkeypatch)
+    x, y = _make(60, 5, 0, "few")
+    A0 = lb.metric._initial_metric(x, y)
+    A = lb.fit_metric(x, y, early_stopping=False, max_iter=30)
+    state = made[-1].state[made[-1].param_groups[0]["params"][0]]
+    assert state["n_iter"] == 30 and state["func_evals"] >= 30
+    # 30 iterations lower the LOO loss far more than one does (measured 0.65 -> 0.28;
+    # one iteration, the bug, reached 0.55)
+    start, end = float(lb.mlkr_loss(A0, x, y)), float(lb.mlkr_loss(A, x, y))
+    assert end < 0.6 * start
+
+
+def test_fit_metric_early_stopping_follows_the_plain_lbfgs_path(monkeypatch):
+    # with check_every = 1 and a patience that never triggers, the iterates that early
+    # stopping inspects are those of one uninterrupted L-BFGS run on the fitting points
+    # (regression: with max_eval = 1 the strong-Wolfe line search had no evaluations)
+    seen = []
+    validation_error = lb.metric._validation_error
+
+    def record(A, *args):
+        seen.append(A.clone())
+        return validation_error(A, *args)
+
+    monkeypatch.setattr(lb.metric, "_validation_error", record)
+    x, y = _make(60, 5, 0, "few")
+    lb.fit_metric(x, y, max_iter=15, patience=100, seed=0)
+    perm = torch.randperm(60, generator=torch.Generator().manual_seed(0))
+    fit = perm[15:]  # validation_fraction 0.25 of 60 points
+    A0 = lb.metric._initial_metric(x[fit], y[fit])
+    plain = lb.metric._optimize(A0, x[fit], y[fit], None, max_iter=15, check_every=1,
+                                patience=1, budget=None)
+    assert len(seen) == 16  # the start and 15 iterates
+    torch.testing.assert_close(seen[-1], plain, rtol=0, atol=1e-12 * float(plain.abs().max()))
+
+
 def test_fit_metric_float32_and_numpy_input():
     x, y = _make(80, 3, 0, "few")
     A = lb.fit_metric(x.numpy().astype(np.float32), y.numpy().astype(np.float32), max_iter=10)
