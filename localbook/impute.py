@@ -44,7 +44,20 @@ only through layer 1, in the final local mean over both sources,
 With ``layers="pixel"`` the output is ``z``; with ``layers="image"`` layer 2 runs on the raw
 values instead, averaging only the neighbours that observed the pixel (``c_jp = 0`` otherwise).
 A pixel that no layer reaches gets the mean of the observed reference values of its feature.
-Observed pixels are never changed.
+Observed pixels are never changed. Without ``image_shape`` the imputer is a *tabular* local-mean
+imputer: ``layers="image"`` on raw values, for any table of numbers with NaN holes.
+
+**Data-driven defaults.** ``pixel_bandwidth="auto"`` and ``image_weight="auto"`` (the defaults)
+choose ``h`` and ``β`` at ``fit`` time by the hold-out recipe: hide a random ``holdout`` fraction
+(10 %) of the *observed* values of up to 200 reference rows (:func:`holdout_mask`), impute them with
+the rest of the reference set (each row's own original and its exact copies left out) for every
+pair on a grid (:data:`PIXEL_BANDWIDTH_GRID` × :data:`IMAGE_WEIGHT_GRID`), and keep the pair with
+the smallest RMSE on the hidden values. The neighbours are found once; each ``h`` costs one pixel
+pass over the hold-out rows and their neighbours (separable Gaussian convolution) and each ``β``
+only a weighted average, so tuning costs about as much as one ``transform`` of 200 rows plus
+:data:`PIXEL_BANDWIDTH_GRID`-many pixel passes over at most ``200 · n_neighbors`` rows. The hidden
+values are missing completely at random among the observed ones, so the choice is tuned to the
+missingness of the data passed to ``fit`` (fit on complete images, it is tuned for few holes).
 """
 from __future__ import annotations
 
@@ -59,6 +72,9 @@ from ._validate import as_tensor, check_choice, check_positive_float, check_posi
 from .kernels import chunk_rows, get_kernel, iter_chunks, scaled_sq_dist
 
 __all__ = [
+    "PIXEL_BANDWIDTH_GRID",
+    "IMAGE_WEIGHT_GRID",
+    "holdout_mask",
     "pixel_positions",
     "pixel_local_mean",
     "nan_sq_distances",
@@ -101,6 +117,30 @@ def block_mask(n_samples: int, image_shape, block: int, seed: int = 0) -> np.nda
     m = ((rows >= top[:, None, None]) & (rows < top[:, None, None] + block)
          & (cols >= left[:, None, None]) & (cols < left[:, None, None] + block))
     return m.reshape(n_samples, H * W)
+
+
+def holdout_mask(X, fraction: float = 0.1, seed: int = 0, max_rows: Optional[int] = None) -> np.ndarray:
+    """Hide a random part of the *observed* values: ``(n, d)`` bool, ``True`` = hidden.
+
+    Each observed entry (not NaN) of ``X (n, d)`` is hidden independently with probability
+    ``fraction``, in ``max_rows`` rows drawn at random among those with at least two observed
+    values (all of them when ``max_rows`` is None). Truly missing entries are never marked, so
+    imputing ``X`` with the marked entries set to NaN and scoring them needs no ground truth.
+    """
+    fraction = check_positive_float(fraction, "fraction")
+    if fraction >= 1:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    A = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=float)
+    if A.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {A.shape}")
+    observed = ~np.isnan(A)
+    rng = np.random.default_rng(seed)
+    rows = np.flatnonzero(observed.sum(1) >= 2)
+    if max_rows is not None and len(rows) > max_rows:
+        rows = np.sort(rng.choice(rows, check_positive_int(max_rows, "max_rows"), replace=False))
+    hide = np.zeros(A.shape, dtype=bool)
+    hide[rows] = (rng.random((len(rows), A.shape[1])) < fraction) & observed[rows]
+    return hide
 
 
 def rmse_missing(x_imputed, x_true, missing) -> float:
@@ -160,7 +200,8 @@ def pixel_local_mean(X, image_shape, bandwidth: float = 1.0, kernel: str = "gaus
     :math:`z_{ip} = \sum_q K_h(r_p, r_q) m_{iq} x_{iq} / S_{ip}`, :math:`S_{ip} = \sum_q K_h(r_p, r_q) m_{iq}`
     for missing ``p``; observed pixels unchanged. ``X (n, H·W)`` with NaN = missing,
     ``image_shape = (H, W)``, ``bandwidth`` in pixels. Numerator and mass are two matrix products
-    with the ``(P, P)`` kernel matrix; images where a mass underflows are redone in log space, so a
+    with the ``(P, P)`` kernel matrix (for the Gaussian, separable convolutions along rows and
+    columns); images where a mass underflows are redone in log space, so a
     pixel deep inside a missing block gets its nearest observed pixels' mean. A pixel with no
     observed pixel in reach (nothing observed, or a compact kernel) stays NaN. Returns
     ``z (n, H·W)`` on X's device and dtype, and with ``return_mass`` also ``S (n, H·W)`` (the
@@ -169,31 +210,53 @@ def pixel_local_mean(X, image_shape, bandwidth: float = 1.0, kernel: str = "gaus
     X = _check_missing_data(X)
     H, W = _check_image_shape(image_shape, X.shape[1])
     h = check_positive_float(bandwidth, "bandwidth")
-    kern = get_kernel(kernel)
-    pos = pixel_positions((H, W), dtype=X.dtype, device=X.device)
-    hh = torch.full((2,), h, dtype=X.dtype, device=X.device)
-    log_k = kern.log_profile(scaled_sq_dist(pos, pos, hh, center=pos.mean(0)))  # (P, P), symmetric
-    log_k.fill_diagonal_(-math.inf)  # a pixel never predicts itself
-    K = torch.exp(log_k)
+    out, mass = _pixel_layer(X, H, W, h, get_kernel(kernel))
+    return (out, mass) if return_mass else out
+
+
+def _pixel_layer(X, H, W, h, kern):
+    """Layer 1 on validated input: ``(z, S)``. The Gaussian kernel on a grid is separable,
+    ``K = K_rows ⊗ K_cols``, so its products cost ``n·P·(H + W)`` instead of ``n·P²``; the
+    pixel's own term (``k(0) = 1``) is subtracted, and it is zero at a missing pixel anyway."""
     miss = torch.isnan(X)
     M = (~miss).to(X.dtype)
     Z = torch.nan_to_num(X, nan=0.0)
-    num, mass = Z @ K, M @ K  # K symmetric: (n, P)
+    n, P = X.shape
+    if kern.name == "gaussian":
+        def conv(A):
+            kr, kc = (torch.exp(-0.5 * ((torch.arange(L, dtype=X.dtype, device=X.device)[:, None]
+                                          - torch.arange(L, dtype=X.dtype, device=X.device)) / h) ** 2)
+                      for L in (H, W))
+            return (kr @ A.reshape(n, H, W) @ kc).reshape(n, P)
+        num, mass = conv(Z) - Z, (conv(M) - M).clamp(min=0.0)
+        log_k = None
+    else:
+        log_k = _log_pixel_kernel(H, W, h, kern, X)
+        K = torch.exp(log_k)
+        num, mass = Z @ K, M @ K  # K symmetric: (n, P)
     est = num / mass.clamp(min=torch.finfo(X.dtype).tiny)
     # masses that are zero or subnormal lose precision: redo those images in log space
     tiny = torch.finfo(X.dtype).tiny / torch.finfo(X.dtype).eps
     redo = torch.nonzero((miss & (mass < tiny)).any(1)).flatten()
-    P = X.shape[1]
-    rows = chunk_rows(redo.numel(), P, P, X.element_size(), None, X.device)
-    for sl in iter_chunks(redo.numel(), rows):
-        idx = redo[sl]
-        log_m = torch.log(M[idx])  # log of the observed mask (−inf where missing)
-        lw = log_k[None, :, :] + log_m[:, None, :]  # (r, P target, P source)
-        lse = torch.logsumexp(lw, dim=2, keepdim=True)
-        w = torch.exp(lw - lse)  # NaN rows where nothing is in reach (−inf − −inf)
-        est[idx] = (w @ Z[idx][:, :, None])[..., 0]
-    out = torch.where(miss, est, X)
-    return (out, mass) if return_mass else out
+    if redo.numel():
+        log_k = _log_pixel_kernel(H, W, h, kern, X) if log_k is None else log_k
+        rows = chunk_rows(redo.numel(), P, P, X.element_size(), None, X.device)
+        for sl in iter_chunks(redo.numel(), rows):
+            idx = redo[sl]
+            log_m = torch.log(M[idx])  # log of the observed mask (−inf where missing)
+            lw = log_k[None, :, :] + log_m[:, None, :]  # (r, P target, P source)
+            lse = torch.logsumexp(lw, dim=2, keepdim=True)
+            w = torch.exp(lw - lse)  # NaN rows where nothing is in reach (−inf − −inf)
+            est[idx] = (w @ Z[idx][:, :, None])[..., 0]
+    return torch.where(miss, est, X), mass
+
+
+def _log_pixel_kernel(H, W, h, kern, X):
+    """The ``(P, P)`` log-kernel matrix on pixel positions, −inf on the diagonal."""
+    pos = pixel_positions((H, W), dtype=X.dtype, device=X.device)
+    hh = torch.full((2,), h, dtype=X.dtype, device=X.device)
+    log_k = kern.log_profile(scaled_sq_dist(pos, pos, hh, center=pos.mean(0)))  # symmetric
+    return log_k.fill_diagonal_(-math.inf)  # a pixel never predicts itself
 
 
 # --- layer 2: image level -------------------------------------------------------------------
@@ -269,10 +332,15 @@ def _check_imputed_weight(value) -> float:
 
 def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam):
     w, idx = _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude)
+    return _average(w, idx, Z_ref, X_ref, lam)
+
+
+def _average(w, idx, Z_ref, X_ref, lam):
+    """``Σ_j w_ij c_jp Z_ref[j, p] / Σ_j w_ij c_jp`` over the neighbours ``idx``; ``(m, P)``."""
     w = torch.nan_to_num(w, nan=0.0)  # a query with no usable neighbour: all weights 0 → NaN below
-    out = torch.empty(Xq.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device)
-    rows = chunk_rows(Xq.shape[0], Z_ref.shape[1], 3 * idx.shape[1], Z_ref.element_size(), None, Z_ref.device)
-    for sl in iter_chunks(Xq.shape[0], rows):
+    out = torch.empty(w.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device)
+    rows = chunk_rows(w.shape[0], Z_ref.shape[1], 3 * idx.shape[1], Z_ref.element_size(), None, Z_ref.device)
+    for sl in iter_chunks(w.shape[0], rows):
         observed = (~torch.isnan(X_ref[idx[sl]])).to(Z_ref.dtype)  # (r, k, P)
         c = w[sl][..., None] * (lam + (1.0 - lam) * observed)
         den = c.sum(1)
@@ -298,17 +366,31 @@ def _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude):
 
 
 # --- the estimator ----------------------------------------------------------------------------
-try:  # scikit-learn's estimator API (get_params/set_params/clone, fit_transform)
-    from sklearn.base import BaseEstimator, TransformerMixin
-except ImportError:  # pragma: no cover - scikit-learn is a dependency of localbook
-    BaseEstimator, TransformerMixin = object, object
+from sklearn.base import BaseEstimator, TransformerMixin  # noqa: E402  (a dependency of localbook)
+from sklearn.utils.validation import check_is_fitted  # noqa: E402
+
+try:  # scikit-learn ≥ 1.6
+    from sklearn.utils.validation import validate_data as _sk_validate
+
+    def _validate_array(est, X, reset):
+        return _sk_validate(est, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite="allow-nan")
+except ImportError:  # pragma: no cover - older scikit-learn
+    def _validate_array(est, X, reset):
+        return est._validate_data(X, reset=reset, dtype=[np.float64, np.float32], force_all_finite="allow-nan")
+
+#: Candidate pixel bandwidths (in pixels) for ``pixel_bandwidth="auto"``.
+PIXEL_BANDWIDTH_GRID = (0.3, 0.4, 0.5, 0.7, 1.0, 1.4, 2.0)
+#: Candidate image weights β for ``image_weight="auto"``: 10^-2 … 10^3 in steps of 10^0.25.
+IMAGE_WEIGHT_GRID = tuple(float(10 ** (e / 4)) for e in range(-8, 13))
+_HOLDOUT_ROWS = 200
+_FALLBACK = {"pixel_bandwidth": 0.7, "image_weight": 0.3}  # when nothing can be held out
 
 
 class LocalMeanImputer(TransformerMixin, BaseEstimator):
     r"""Two-layer local-mean autoencoder for images with missing pixels (scikit-learn imputer API).
 
-    ``fit(X)`` stores the reference images ``X (n, H·W)`` (NaN = missing) and their layer-1
-    completions ``Z_ref``; ``transform(X)`` imputes images ``X (m, H·W)`` in two layers:
+    ``fit(X)`` stores the reference rows ``X (n, P)`` (NaN = missing) and their layer-1
+    completions; ``transform(X)`` imputes rows ``X (m, P)`` in two layers:
 
     1. *pixel level* (:func:`pixel_local_mean`): ``z_ip``, the local mean of the observed pixels
        of the same image around pixel ``p``, with kernel mass ``S_ip``;
@@ -319,29 +401,38 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
 
     The output for a missing pixel is one local mean over both sources,
     :math:`\hat x_{ip} = (S_{ip} z_{ip} + \beta\, \hat z_{ip}) / (S_{ip} + \beta)`, with
-    ``β = image_weight``: where many pixels nearby are observed (small holes) the pixel level
-    dominates; deep inside a missing block (``S ≈ 0``) the image level takes over. Observed values
-    are returned unchanged. Reference rows identical to a query (same values, same NaNs) are left
-    out of its neighbourhood, so ``fit_transform(X)`` equals ``fit(X).transform(X)``.
+    ``β = image_weight``. Observed values are returned unchanged. Reference rows identical to a
+    query (same values, same NaNs) are left out of its neighbourhood, so ``fit_transform(X)``
+    equals ``fit(X).transform(X)``.
 
     Parameters
     ----------
-    image_shape : ``(H, W)`` of the flattened images; required unless ``layers="image"``.
-    layers : ``"both"`` (default), ``"pixel"`` (layer 1 only) or ``"image"`` (layer 2 only, on the
-        raw values: a kernel-weighted KNN imputer averaging the neighbours that observe the pixel).
-    pixel_bandwidth, pixel_kernel : the layer-1 kernel on pixel coordinates (bandwidth in pixels).
-    n_neighbors, image_kernel : the layer-2 neighbourhood size and kernel.
-    image_weight : ``β > 0``, the weight of the image level against the pixel level's kernel mass.
+    image_shape : ``(H, W)`` of the flattened images, or None for tabular data.
+    layers : ``"auto"`` (default: ``"both"`` with ``image_shape``, ``"image"`` without),
+        ``"both"``, ``"pixel"`` (layer 1 only) or ``"image"`` (layer 2 only, on the raw values: a
+        kernel-weighted KNN imputer averaging the neighbours that observe the value).
+    pixel_bandwidth : the layer-1 bandwidth in pixels, or ``"auto"`` (default): chosen on
+        :data:`PIXEL_BANDWIDTH_GRID` by the hold-out recipe of the module docstring.
+    pixel_kernel, image_kernel : kernel names of the two layers.
+    n_neighbors : the layer-2 neighbourhood size.
+    image_weight : ``β > 0``, the weight of the image level against the pixel level's kernel mass,
+        or ``"auto"`` (default): chosen on :data:`IMAGE_WEIGHT_GRID` with the bandwidth.
     imputed_weight : ``λ ∈ (0, 1]``, how much a neighbour's layer-1 (imputed) value counts against
         an observed one in layer 2.
+    holdout : fraction of the observed values of up to 200 rows hidden to tune the ``"auto"``
+        parameters. random_state : seed of that draw (the fit is deterministic).
 
-    Inputs: numpy arrays give numpy arrays back; tensors give tensors on their device and dtype.
-    A pixel neither layer can reach gets the mean of the observed reference values of that feature.
+    Attributes: ``layers_``, ``pixel_bandwidth_``, ``image_weight_`` (the values used),
+    ``holdout_scores_`` (the grids and the hold-out RMSE, ``None`` without tuning),
+    ``n_features_in_``. Inputs: numpy arrays (dense only) give numpy arrays back; tensors give
+    tensors on their device and dtype. A value neither layer can reach gets the mean of the
+    observed reference values of that feature.
     """
 
-    def __init__(self, image_shape=None, *, layers: str = "both", pixel_bandwidth: float = 0.7,
+    def __init__(self, image_shape=None, *, layers: str = "auto", pixel_bandwidth="auto",
                  pixel_kernel: str = "gaussian", n_neighbors: int = 10, image_kernel: str = "gaussian",
-                 image_weight: float = 0.3, imputed_weight: float = 0.3):
+                 image_weight="auto", imputed_weight: float = 0.3, holdout: float = 0.1,
+                 random_state: int = 0):
         self.image_shape = image_shape
         self.layers = layers
         self.pixel_bandwidth = pixel_bandwidth
@@ -350,40 +441,111 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         self.image_kernel = image_kernel
         self.image_weight = image_weight
         self.imputed_weight = imputed_weight
+        self.holdout = holdout
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
+    def _more_tags(self):  # scikit-learn < 1.6
+        return {"allow_nan": True}
 
     # parameters are validated at fit time, as scikit-learn estimators do
-    def _check_params(self, n_features: int):
-        check_choice(self.layers, "layers", ["both", "pixel", "image"])
-        if self.layers != "image" or self.image_shape is not None:
+    def _check_params(self, n_features: int) -> str:
+        layers = check_choice(self.layers, "layers", ["auto", "both", "pixel", "image"])
+        if layers == "auto":
+            layers = "image" if self.image_shape is None else "both"
+        if layers != "image" or self.image_shape is not None:
             _check_image_shape(self.image_shape, n_features)
-        check_positive_float(self.pixel_bandwidth, "pixel_bandwidth")
+        for name in ("pixel_bandwidth", "image_weight"):
+            if not (isinstance(getattr(self, name), str) and getattr(self, name) == "auto"):
+                check_positive_float(getattr(self, name), name)
         get_kernel(self.pixel_kernel)
         check_positive_int(self.n_neighbors, "n_neighbors")
         get_kernel(self.image_kernel)
-        check_positive_float(self.image_weight, "image_weight")
         _check_imputed_weight(self.imputed_weight)
+        h = check_positive_float(self.holdout, "holdout")
+        if h >= 1:
+            raise ValueError(f"holdout must be in (0, 1), got {h}")
+        return layers
 
-    def _layer1(self, X):
-        return pixel_local_mean(X, self.image_shape, self.pixel_bandwidth, self.pixel_kernel, return_mass=True)
+    def _validate(self, X, reset: bool):
+        """Tensors keep their device and dtype; anything else goes through scikit-learn's checks."""
+        if isinstance(X, torch.Tensor):
+            t = _check_missing_data(X, like=None if reset else self.X_ref_)
+            if reset:
+                self.n_features_in_ = t.shape[1]
+            elif t.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {t.shape[1]} features, but LocalMeanImputer is expecting "
+                                 f"{self.n_features_in_} features as input")
+            return t
+        import scipy.sparse as sp
+
+        if sp.issparse(X):
+            raise TypeError("LocalMeanImputer does not accept sparse input: a stored zero is a value, "
+                            "NaN marks a missing one; pass a dense array (X.toarray()) with NaN holes")
+        A = _validate_array(self, X, reset)
+        t = torch.from_numpy(np.array(A, copy=True))
+        return t if reset else t.to(dtype=self.X_ref_.dtype, device=self.X_ref_.device)
 
     def fit(self, X, y=None):
-        """Store the reference images ``X (n, P)`` (NaN = missing) and their layer-1 completion."""
-        X = _check_missing_data(X)
-        self._check_params(X.shape[1])
+        """Store the reference rows ``X (n, P)`` (NaN = missing), tune the ``"auto"`` parameters."""
+        X = self._validate(X, reset=True)
+        layers = self._check_params(X.shape[1])
         observed = ~torch.isnan(X)
         if not bool(observed.any()):
             raise ValueError("X has no observed value at all; nothing to impute from")
         counts = observed.sum(0)
-        self.X_ref_ = X
-        self.Z_ref_, self._mass_ref = (X, None) if self.layers == "image" else self._layer1(X)
-        self.feature_mean_ = torch.where(counts > 0, torch.nan_to_num(X, nan=0.0).sum(0) / counts.clamp(min=1),
-                                         torch.full_like(X[0], math.nan))
-        if bool((counts == 0).all()) or bool(torch.isnan(self.feature_mean_).all()):
-            raise ValueError("X has no observed value at all; nothing to impute from")
+        mean = torch.where(counts > 0, torch.nan_to_num(X, nan=0.0).sum(0) / counts.clamp(min=1),
+                           torch.full_like(X[0], math.nan))
         # a never-observed feature falls back to the overall mean of the observed values
-        self.feature_mean_ = torch.nan_to_num(self.feature_mean_, nan=float(X[observed].mean()))
-        self.n_features_in_ = X.shape[1]
+        self.feature_mean_ = torch.nan_to_num(mean, nan=float(X[observed].mean()))
+        self.layers_ = layers
+        self.pixel_bandwidth_, self.image_weight_, self.holdout_scores_ = self._tune(X)
+        self.X_ref_ = X
+        self.Z_ref_, self._mass_ref = (X, None) if layers == "image" else self._layer1(X)
         return self
+
+    def _layer1(self, X, h=None):
+        H, W = _check_image_shape(self.image_shape, X.shape[1])
+        return _pixel_layer(X, H, W, self.pixel_bandwidth_ if h is None else h, get_kernel(self.pixel_kernel))
+
+    def _tune(self, X):
+        """The hold-out recipe: hide observed values, impute them on a grid, keep the best pair."""
+        auto = {name: isinstance(getattr(self, name), str) for name in ("pixel_bandwidth", "image_weight")}
+        fixed = {name: _FALLBACK[name] if a else float(getattr(self, name)) for name, a in auto.items()}
+        if self.layers_ == "image" or not any(auto.values()) or (self.layers_ == "pixel" and not auto["pixel_bandwidth"]):
+            return fixed["pixel_bandwidth"], fixed["image_weight"], None
+        hide = torch.as_tensor(holdout_mask(X, self.holdout, self.random_state, _HOLDOUT_ROWS), device=X.device)
+        rows = torch.nonzero(hide.any(1)).flatten()
+        if rows.numel() == 0:
+            return fixed["pixel_bandwidth"], fixed["image_weight"], None
+        Xq = X[rows].masked_fill(hide[rows], math.nan)
+        truth, hidden = X[rows][hide[rows]], hide[rows]
+        hs = PIXEL_BANDWIDTH_GRID if auto["pixel_bandwidth"] else (fixed["pixel_bandwidth"],)
+        betas = IMAGE_WEIGHT_GRID if auto["image_weight"] and self.layers_ == "both" else (fixed["image_weight"],)
+        if self.layers_ == "both":  # neighbours once: each row's own original and its copies left out
+            same = _identical_rows(X[rows], X)
+            w, idx = _neighbour_weights(Xq, X, self.n_neighbors, get_kernel(self.image_kernel), same)
+            uniq, inv = torch.unique(idx, return_inverse=True)
+        rmse = torch.empty(len(hs), len(betas), dtype=torch.float64)
+        B = torch.tensor(betas, dtype=X.dtype, device=X.device)[:, None]
+        fallback = self.feature_mean_.expand_as(Xq)[hidden]
+        for a, h in enumerate(hs):
+            z, S = (v[hidden] for v in self._layer1(Xq, h))  # only the hidden values are scored
+            if self.layers_ == "both":
+                zhat = _average(w, inv, self._layer1(X[uniq], h)[0], X[uniq], float(self.imputed_weight))
+                Z = _combine(z, S, zhat[hidden], B)  # (len(betas), n_hidden)
+            else:
+                Z = z[None]
+            Z = torch.where(torch.isnan(Z), fallback, Z)
+            rmse[a] = torch.sqrt(torch.mean((Z - truth) ** 2, dim=1)).cpu().double()
+        a, b = divmod(int(torch.argmin(rmse)), len(betas))
+        scores = {"pixel_bandwidth": np.array(hs), "image_weight": np.array(betas), "rmse": rmse.numpy(),
+                  "n_hidden": int(hidden.sum())}
+        return float(hs[a]), float(betas[b]), scores
 
     def fit_transform(self, X, y=None):
         """``fit(X).transform(X)``, reusing the layer-1 pass of ``fit``."""
@@ -395,39 +557,39 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         return self._transform(X)
 
     def _transform(self, X, same_as_fit: bool = False):
-        if not hasattr(self, "X_ref_"):
-            raise RuntimeError("this LocalMeanImputer is not fitted yet; call fit(X) first")
-        is_numpy = not isinstance(X, torch.Tensor)
-        X = _check_missing_data(X, like=self.X_ref_)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but LocalMeanImputer was fitted with {self.n_features_in_}")
+        check_is_fitted(self, "X_ref_")
+        is_tensor = isinstance(X, torch.Tensor)
+        X = self.X_ref_ if same_as_fit and not is_tensor else self._validate(X, reset=False)
         miss = torch.isnan(X)
         out = X.clone()
         rows = torch.nonzero(miss.any(1)).flatten()
         if rows.numel():
             Xm = X[rows]
             kern = get_kernel(self.image_kernel)
-            if self.layers == "image":
+            if self.layers_ == "image":
                 same = _identical_rows(Xm, self.X_ref_)
                 Z = _observed_mean(Xm, self.X_ref_, self.n_neighbors, kern, same)
             else:
                 z, mass = (self.Z_ref_[rows], self._mass_ref[rows]) if same_as_fit else self._layer1(Xm)
-                if self.layers == "pixel":
+                if self.layers_ == "pixel":
                     Z = z
                 else:
                     same = _identical_rows(Xm, self.X_ref_)
                     zhat = _image_local_mean(Xm, self.Z_ref_, self.X_ref_, self.n_neighbors, kern, same,
                                              float(self.imputed_weight))
-                    Z = _combine(z, mass, zhat, self.image_weight)
+                    Z = _combine(z, mass, zhat, self.image_weight_)
             Z = torch.where(torch.isnan(Z), self.feature_mean_.expand_as(Z), Z)
             out[rows] = torch.where(miss[rows], Z, Xm)
-        return out.cpu().numpy() if is_numpy else out
+        return out if is_tensor else out.cpu().numpy()
 
 
 def _combine(z, mass, zhat, beta):
-    """``(S z + β ẑ) / (S + β)``, using whichever of the two is defined where the other is NaN."""
+    """``(S z + β ẑ) / (S + β)``, using whichever of the two is defined where the other is NaN.
+
+    ``beta`` may be a tensor that broadcasts against ``z`` (several β at once)."""
+    beta = torch.as_tensor(beta, dtype=mass.dtype, device=mass.device)
     a = torch.where(torch.isnan(z), torch.zeros_like(mass), mass)
-    b = torch.where(torch.isnan(zhat), torch.zeros_like(mass), torch.full_like(mass, beta))
+    b = torch.where(torch.isnan(zhat), torch.zeros_like(beta), beta)
     num = a * torch.nan_to_num(z, nan=0.0) + b * torch.nan_to_num(zhat, nan=0.0)
     den = a + b
     return torch.where(den > 0, num / den.clamp(min=torch.finfo(z.dtype).tiny), torch.full_like(num, math.nan))

@@ -11,9 +11,15 @@ from hypothesis import given, settings, strategies as st
 
 import localbook as lb
 from localbook import fashion_mnist as fm
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
 from localbook.impute import (
+    IMAGE_WEIGHT_GRID,
+    PIXEL_BANDWIDTH_GRID,
     LocalMeanImputer,
     block_mask,
+    holdout_mask,
     image_local_mean,
     missing_at_random_mask,
     nan_sq_distances,
@@ -182,7 +188,7 @@ def test_large_image_weight_gives_the_image_level_without_the_image_itself():
     X = _fashion(40)
     Xm = _masked(X, missing_at_random_mask(X.shape, 0.5, seed=7))
     beta = 1e8
-    out = LocalMeanImputer((28, 28), image_weight=beta).fit_transform(Xm)
+    out = LocalMeanImputer((28, 28), image_weight=beta, pixel_bandwidth=0.7).fit_transform(Xm)
     z, S = pixel_local_mean(Xm, (28, 28), bandwidth=0.7, return_mass=True)
     zhat = image_local_mean(Xm, Xm, z, n_neighbors=10, imputed_weight=0.3,
                             exclude=np.eye(40, dtype=bool)).numpy()
@@ -222,17 +228,21 @@ def test_property_observed_kept_and_output_within_observed_range(seed, rate):
     "kwargs, X, match",
     [
         ({"image_shape": (5, 5)}, np.zeros((3, 24)), "image_shape"),
-        ({}, np.zeros((3, 25)), "image_shape"),
+        ({"layers": "both"}, np.zeros((3, 25)), "image_shape"),
+        ({"layers": "pixel"}, np.zeros((3, 25)), "image_shape"),
+        ({"image_shape": (5, 5), "image_weight": "automatic"}, np.zeros((3, 25)), "image_weight"),
+        ({"image_shape": (5, 5), "holdout": 1.0}, np.zeros((3, 25)), "holdout"),
         ({"image_shape": (5, 5), "layers": "deep"}, np.zeros((3, 25)), "layers"),
         ({"image_shape": (5, 5), "n_neighbors": 0}, np.zeros((3, 25)), "n_neighbors"),
         ({"image_shape": (5, 5), "pixel_bandwidth": -1.0}, np.zeros((3, 25)), "pixel_bandwidth"),
         ({"image_shape": (5, 5), "image_weight": 0.0}, np.zeros((3, 25)), "image_weight"),
         ({"image_shape": (5, 5), "imputed_weight": 1.5}, np.zeros((3, 25)), "imputed_weight"),
         ({"image_shape": (5, 5), "pixel_kernel": "boxy"}, np.zeros((3, 25)), "kernel"),
-        ({"image_shape": (5, 5)}, np.zeros(25), "X"),
-        ({"image_shape": (5, 5)}, np.full((3, 25), np.inf), "X"),
+        ({"image_shape": (5, 5)}, np.zeros(25), "2D"),
+        ({"image_shape": (5, 5)}, np.full((3, 25), np.inf), "infinity"),
+        ({"image_shape": (5, 5)}, torch.full((3, 25), math.inf), "infinite"),
         ({"image_shape": (5, 5)}, np.full((3, 25), np.nan), "X"),
-        ({"image_shape": (5, 5)}, [["a"] * 25], "X"),
+        ({"image_shape": (5, 5)}, [["a"] * 25], "string"),
     ],
 )
 def test_bad_inputs(kwargs, X, match):
@@ -242,11 +252,13 @@ def test_bad_inputs(kwargs, X, match):
 
 def test_transform_errors():
     imp = LocalMeanImputer((5, 5))
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         imp.transform(np.zeros((2, 25)))
     imp.fit(np.zeros((2, 25)))
     with pytest.raises(ValueError, match="features"):
         imp.transform(np.zeros((2, 24)))
+    with pytest.raises(ValueError, match="features"):
+        imp.transform(torch.zeros(2, 24))
 
 
 def test_mask_helpers():
@@ -271,3 +283,114 @@ def test_image_local_mean_bad_inputs():
         image_local_mean(X, X, X, n_neighbors=0)
     with pytest.raises(ValueError, match="Xq"):
         nan_sq_distances(X[:, :3], X)
+
+
+# --- scikit-learn's estimator checks, tabular mode and the hold-out tuning ------------------------
+@parametrize_with_checks([LocalMeanImputer(), LocalMeanImputer(n_neighbors=3, image_kernel="epanechnikov")])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def test_sparse_input_is_refused_with_a_clear_message():
+    import scipy.sparse as sp
+
+    with pytest.raises(TypeError, match="sparse input.*toarray"):
+        LocalMeanImputer().fit(sp.csr_matrix(np.eye(4)))
+    imp = LocalMeanImputer().fit(np.eye(4))
+    with pytest.raises(TypeError, match="sparse"):
+        imp.transform(sp.csr_matrix(np.eye(4)))
+
+
+def test_tabular_mode_is_the_image_layer_on_raw_values():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 6)) @ rng.normal(size=(6, 6))  # correlated columns, any scale
+    mask = missing_at_random_mask(X.shape, 0.2, seed=1)
+    Xm = _masked(X, mask)
+    imp = LocalMeanImputer(n_neighbors=4)
+    out = imp.fit_transform(Xm)
+    assert imp.layers_ == "image" and imp.holdout_scores_ is None
+    np.testing.assert_array_equal(out, LocalMeanImputer(layers="image", n_neighbors=4).fit_transform(Xm))
+    np.testing.assert_array_equal(out[~mask], X[~mask])
+    # each imputed value is a convex combination of its column's observed values
+    lo, hi = np.nanmin(Xm, axis=0), np.nanmax(Xm, axis=0)
+    assert np.all((out >= lo - 1e-12) & (out <= hi + 1e-12))
+
+
+def test_holdout_mask_hides_only_observed_values():
+    X = _masked(np.ones((50, 30)), missing_at_random_mask((50, 30), 0.4, seed=0))
+    hide = holdout_mask(X, 0.25, seed=1)
+    assert not np.any(hide & np.isnan(X))
+    assert hide.sum() / (~np.isnan(X)).sum() == pytest.approx(0.25, abs=0.03)
+    np.testing.assert_array_equal(hide, holdout_mask(X, 0.25, seed=1))  # seeded
+    few = holdout_mask(X, 0.25, seed=1, max_rows=7)
+    assert few.any(1).sum() <= 7 and not np.any(few & np.isnan(X))
+    with pytest.raises(ValueError, match="fraction"):
+        holdout_mask(X, 1.0)
+
+
+def test_auto_picks_the_grid_minimum_of_the_holdout_rmse():
+    X = _fashion(60)
+    Xm = _masked(X, missing_at_random_mask(X.shape, 0.5, seed=2))
+    imp = LocalMeanImputer((28, 28)).fit(Xm)
+    sc = imp.holdout_scores_
+    assert sc["rmse"].shape == (len(PIXEL_BANDWIDTH_GRID), len(IMAGE_WEIGHT_GRID))
+    a, b = np.unravel_index(np.argmin(sc["rmse"]), sc["rmse"].shape)
+    assert (imp.pixel_bandwidth_, imp.image_weight_) == (PIXEL_BANDWIDTH_GRID[a], IMAGE_WEIGHT_GRID[b])
+    # the score at the chosen pair is the RMSE of imputing the hidden values by hand
+    hide = holdout_mask(Xm, imp.holdout, imp.random_state, 200)
+    Xh = Xm.copy()
+    Xh[hide] = np.nan
+    same = (np.nan_to_num(Xm, nan=-1)[:, None] == np.nan_to_num(Xm, nan=-1)[None]).all(-1)
+    z, S = pixel_local_mean(Xh, (28, 28), imp.pixel_bandwidth_, return_mass=True)
+    zr = pixel_local_mean(Xm, (28, 28), imp.pixel_bandwidth_)
+    zhat = image_local_mean(Xh, Xm, zr, n_neighbors=10, imputed_weight=0.3, exclude=same).numpy()
+    z, S = z.numpy(), S.numpy()
+    est = (S * z + imp.image_weight_ * zhat) / (S + imp.image_weight_)
+    assert np.sqrt(np.mean((est[hide] - X[hide]) ** 2)) == pytest.approx(sc["rmse"][a, b], rel=1e-9)
+    # fixed values are used as given, with no tuning
+    fixed = LocalMeanImputer((28, 28), pixel_bandwidth=0.9, image_weight=2.0).fit(Xm)
+    assert (fixed.pixel_bandwidth_, fixed.image_weight_, fixed.holdout_scores_) == (0.9, 2.0, None)
+    only_beta = LocalMeanImputer((28, 28), pixel_bandwidth=0.9).fit(Xm)
+    assert only_beta.pixel_bandwidth_ == 0.9 and only_beta.holdout_scores_["rmse"].shape == (1, len(IMAGE_WEIGHT_GRID))
+
+
+def test_holdout_never_sees_the_hidden_values_through_a_copy():
+    # every row twice: were a row's own copy among its neighbours, the image level would copy
+    # the hidden values back and the hold-out RMSE at the largest β would be ~0
+    X = _fashion(30)
+    Xm = _masked(X, missing_at_random_mask(X.shape, 0.3, seed=5))
+    imp = LocalMeanImputer((28, 28)).fit(np.vstack([Xm, Xm]))
+    assert imp.holdout_scores_["rmse"][:, -1].min() > 0.05
+
+
+def test_auto_adapts_beta_to_the_resolution():
+    # on 8×8 digits the image level must dominate (issue 15: the fixed β = 0.3 lost to KNNImputer)
+    from sklearn.datasets import load_digits
+    from sklearn.impute import KNNImputer
+
+    D = load_digits().data[:500] / 16.0
+    mask = missing_at_random_mask(D.shape, 0.3, seed=0)
+    Dm = _masked(D, mask)
+    imp = LocalMeanImputer((8, 8))
+    ours = rmse_missing(imp.fit_transform(Dm), D, mask)
+    fixed = rmse_missing(LocalMeanImputer((8, 8), pixel_bandwidth=0.7, image_weight=0.3).fit_transform(Dm), D, mask)
+    knn = rmse_missing(KNNImputer(n_neighbors=5).fit_transform(Dm), D, mask)
+    assert ours < 0.85 * fixed and ours < 1.05 * knn
+
+
+def test_separable_and_dense_pixel_paths_agree():
+    # the Gaussian path is a separable convolution; other kernels use the dense (P, P) matrix.
+    # A Gaussian written as a custom kernel goes through the dense path: both must agree.
+    from localbook.kernels import Kernel
+    from localbook.impute import _pixel_layer
+
+    rng = np.random.default_rng(4)
+    X = torch.as_tensor(rng.random((5, 6 * 7)))
+    X[torch.as_tensor(rng.random((5, 42)) < 0.5)] = math.nan
+    dense = Kernel("gaussian-dense", lambda u2: -0.5 * u2, compact=False)
+    for h in (0.3, 1.0, 2.5):
+        a = _pixel_layer(X, 6, 7, h, lb.kernels.get_kernel("gaussian"))
+        b = _pixel_layer(X, 6, 7, h, dense)
+        miss = torch.isnan(X)
+        torch.testing.assert_close(a[0], b[0], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(a[1][miss], b[1][miss], rtol=1e-12, atol=1e-300)
