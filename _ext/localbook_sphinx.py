@@ -44,7 +44,7 @@ def _package_dir() -> Path:
 
 # modules re-exported at the top level (documented as ``localbook.name``), then the namespaces
 CORE = ["kernels", "local_mean"]
-NAMESPACES = ["datasets", "plotting", "widgets", "estimators", "notebook"]
+NAMESPACES = ["datasets", "plotting", "widgets", "estimators", "impute", "notebook"]
 TOOLS: list = []  # book tooling modules of the package (none: assignments live in _ext/)
 
 

@@ -25,7 +25,6 @@ from .memorization import *  # noqa: F401,F403
 from .features import *  # noqa: F401,F403
 from .entmax import *  # noqa: F401,F403
 from .entmax_losses import *  # noqa: F401,F403
-from .impute import *  # noqa: F401,F403
 from .embedding import *  # noqa: F401,F403
 from .fashion_mnist import *  # noqa: F401,F403
 from .metrics import *  # noqa: F401,F403
@@ -38,16 +37,29 @@ from .metric import *  # noqa: F401,F403
 from .datasets import add_noise_border, spurious_gaussian_data, spurious_split  # noqa: F401,E402
 from .plotting import draw_attention_graph  # noqa: F401,E402
 
-# scikit-learn estimators load on first use: scikit-learn costs import time nobody else pays for
-_LAZY = {name: "estimators" for name in
-         ("NadarayaWatsonRegressor", "LocalLinearRegressor", "LocalModeClassifier")}
+# Modules built on scikit-learn classes load on first use (scikit-learn costs ~1-3 s of import
+# time nobody else pays for): the estimators and the imputer (chapter 12). Their public names
+# are read from each module's ``__all__`` without importing it.
+def _public_names(module: str):
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return []
+
+
+_LAZY = {name: module for module in ("estimators", "impute") for name in _public_names(module)}
 
 
 def __getattr__(name):
-    if name in _LAZY:
+    if name in _LAZY or name in ("estimators", "impute"):
         import importlib
 
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        module = importlib.import_module(f".{_LAZY.get(name, name)}", __name__)
+        value = module if name in ("estimators", "impute") else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

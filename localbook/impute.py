@@ -62,7 +62,6 @@ missingness of the data passed to ``fit`` (fit on complete images, it is tuned f
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Optional, Tuple
 
 import numpy as np

@@ -1,7 +1,4 @@
-"""Tests of localbook.impute (the two-layer local-mean imputer) and localbook.fashion_mnist (downloader)."""
-import gzip
-import hashlib
-import io
+"""Tests of localbook.impute: the two-layer local-mean imputer (images and tabular data)."""
 import math
 
 import numpy as np
@@ -10,7 +7,6 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import localbook as lb
-from localbook import fashion_mnist as fm
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
