@@ -134,6 +134,16 @@ def _orientation_histograms(images: torch.Tensor, n_bins: int = 9, cell: int = 4
     return hist.reshape(n, -1)
 
 
+def _balanced_subset(target: torch.Tensor, n_per_class: int, seed: int) -> torch.Tensor:
+    """Indices of ``n_per_class`` random members of each of the ten classes (seeded)."""
+    g = torch.Generator().manual_seed(int(seed))
+    keep = []
+    for k in range(10):  # ten classes, not data points
+        members = torch.nonzero(target == k).flatten()
+        keep.append(members[torch.randperm(members.numel(), generator=g)[:n_per_class]])
+    return torch.cat(keep)
+
+
 def make_digits_views(n_per_class: int = 40, seed: int = 0, dtype: Optional[torch.dtype] = None):
     """Two views of scikit-learn's handwritten digits (offline): raw pixels and gradient histograms.
 
@@ -149,12 +159,7 @@ def make_digits_views(n_per_class: int = 40, seed: int = 0, dtype: Optional[torc
     data = load_digits()
     images = torch.as_tensor(data.images, dtype=dtype) / 16.0
     target = torch.as_tensor(data.target)
-    g = torch.Generator().manual_seed(int(seed))
-    keep = []
-    for k in range(10):  # ten classes, not data points
-        members = torch.nonzero(target == k).flatten()
-        keep.append(members[torch.randperm(members.numel(), generator=g)[:n_per_class]])
-    keep = torch.cat(keep)
+    keep = _balanced_subset(target, n_per_class, seed)
     images = images[keep]
     views = [images.reshape(len(keep), -1), _orientation_histograms(images, n_bins=6, cell=2)]
     return views, target[keep].long()
@@ -201,15 +206,10 @@ def make_fashion_views(n_per_class: int = 200, seed: int = 0, split: str = "test
 
     n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=1000)
     dtype = dtype or torch.get_default_dtype()
-    images, target = load_fashion_mnist(split, download=False)
+    images, target = load_fashion_mnist(split)  # disk first; the checked download in Colab
     images = torch.as_tensor(images).to(dtype) / 255.0
     target = torch.as_tensor(target).long()
-    g = torch.Generator().manual_seed(int(seed))
-    keep = []
-    for k in range(10):  # ten classes, not data points
-        members = torch.nonzero(target == k).flatten()
-        keep.append(members[torch.randperm(members.numel(), generator=g)[:n_per_class]])
-    keep = torch.cat(keep)
+    keep = _balanced_subset(target, n_per_class, seed)
     im = images[keep]
     n = len(keep)
     pooled = nn.functional.avg_pool2d(im[:, None], 2).reshape(n, -1)
