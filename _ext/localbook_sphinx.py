@@ -81,7 +81,12 @@ def _rst(module, namespace, heading):
     for n in names:
         obj = getattr(mod, n)
         if inspect.isclass(obj):
-            lines += [f".. autoclass:: {n}", "   :members:", ""]
+            # only what localbook itself defines: scikit-learn attaches generated methods
+            # (set_score_request, ...) whose docstrings point into scikit-learn's own docs
+            own = [m for m, v in vars(obj).items() if not m.startswith("_")
+                   and (callable(v) or isinstance(v, property))
+                   and getattr(getattr(v, "fget", v), "__module__", "").startswith("localbook")]
+            lines += [f".. autoclass:: {n}"] + ([f"   :members: {', '.join(own)}"] if own else []) + [""]
         elif callable(obj):
             lines += [f".. autofunction:: {n}", ""]
         else:

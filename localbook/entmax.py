@@ -370,7 +370,7 @@ def entmax_bisect(z, alpha=1.5, dim: int = -1, n_iter: int = 50) -> torch.Tensor
     renormalized to sum to 1, as in the ``entmax`` package.
 
     ``alpha`` is a float or a **tensor**: a tensor α broadcastable to ``z`` with size 1 along
-    ``dim`` (one α per row or per head) may require a gradient, which :mod:`localbook.entmax_alpha`
+    ``dim`` (one α per row or per head) may require a gradient, which ``localbook/entmax_alpha.py``
     computes (a learnable α, as in adaptively sparse transformers; bisection on τ). Every α the
     ``entmax`` package accepts works: α = 1 (a float) is softmax, α < 1 gives a dense map.
 
