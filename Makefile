@@ -68,8 +68,9 @@ lint: $(STAMP)
 unit: $(STAMP) data
 	$(PY) -m pytest tests -m "not slow" -n $(JOBS) -q
 
+# one thread per kernel: $(JOBS) kernels side by side must not oversubscribe the cores
 nbval: $(STAMP) data
-	$(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
 slow: $(STAMP) browser
