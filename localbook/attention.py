@@ -57,7 +57,7 @@ __all__ = [
     "attention_graph",
 ]
 
-WEIGHTS = ("softmax", "sparsemax", "entmax15")
+WEIGHTS = ("softmax", "sparsemax", "entmax15", "entmax_bisect")
 
 
 # --- temporal kernels --------------------------------------------------------------------------
@@ -147,6 +147,11 @@ def temporal_kernel(T: int, causal: bool = False, window: Optional[int] = None, 
 # --- the local mean ----------------------------------------------------------------------------
 def _check_qkv(q, k, v):
     q = as_tensor(q, "q", finite=False)
+    for name, t in (("k", k), ("v", v)):  # as torch's SDPA: no silent casts between float dtypes
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has dtype {q.dtype}: q, k and v must "
+                            f"share one floating dtype, as in scaled_dot_product_attention (cast "
+                            f"first, e.g. {name}.to(q.dtype))")
     k = as_tensor(k, "k", like=q, finite=False)
     v = as_tensor(v, "v", like=q, finite=False)
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -223,7 +228,36 @@ def _empty_rows(tl, Tq: int, Tk: int, device):
     return lo > hi
 
 
-def _resolve_weights(weights) -> Callable:
+def _check_alpha(alpha, weights, batch):
+    """α of ``weights="entmax_bisect"``: a float > 1, or a tensor > 1 broadcastable to ``batch``."""
+    if weights != "entmax_bisect":
+        if alpha is not None:
+            raise ValueError(f"alpha is used only with weights='entmax_bisect', not weights={weights!r}")
+        return None
+    if alpha is None:
+        raise ValueError("weights='entmax_bisect' needs alpha: a float > 1, or a tensor of α > 1 "
+                         "broadcastable to the batch shape (one α per head: shape (H,))")
+    if isinstance(alpha, torch.Tensor):
+        if not alpha.is_floating_point():
+            raise TypeError(f"alpha must be a floating tensor, got dtype {alpha.dtype}")
+        try:
+            ok = torch.broadcast_shapes(alpha.shape, batch) == torch.Size(batch)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"alpha of shape {tuple(alpha.shape)} must broadcast to the batch shape "
+                             f"{tuple(batch)} of q, k, v (one α per head: shape (H,))")
+        with torch.no_grad():
+            if not bool((torch.isfinite(alpha) & (alpha > 1)).all()):
+                raise ValueError("alpha must be finite and > 1 (α → 1 is softmax: use weights='softmax')")
+        return alpha
+    alpha = check_positive_float(alpha, "alpha")
+    if not alpha > 1:
+        raise ValueError(f"alpha must be > 1 (α → 1 is softmax: use weights='softmax'), got {alpha}")
+    return alpha
+
+
+def _resolve_weights(weights, alpha=None) -> Callable:
     if callable(weights):
         return weights
     name = check_choice(weights, "weights", list(WEIGHTS))
@@ -233,12 +267,23 @@ def _resolve_weights(weights) -> Callable:
         from . import entmax as _entmax  # lazily: written in its own chapter
     except ImportError as exc:  # pragma: no cover - depends on the entmax chapter being present
         raise ImportError(f"weights={name!r} needs localbook.entmax, which could not be imported: {exc}") from None
+    if name == "entmax_bisect" and isinstance(alpha, torch.Tensor):
+        # one α per batch entry (head): (..., 1, 1) against the scores (..., rows, T_k); Newton's
+        # method on τ for α ≤ 2, bisection beyond (its convexity argument needs α ≤ 2)
+        from .entmax_alpha import entmax_alpha_newton
+
+        a = alpha.reshape(*alpha.shape, 1, 1)
+        if bool((alpha.detach() <= 2).all()):
+            return lambda s: entmax_alpha_newton(s, a, dim=-1)
+        return lambda s: _entmax.entmax_bisect(s, a, dim=-1)
+    if name == "entmax_bisect":
+        return lambda s: _entmax.entmax_bisect(s, alpha, dim=-1)
     fn = getattr(_entmax, name)
     return lambda s: fn(s, dim=-1)
 
 
 def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temporal=None,
-            return_weights=False, fused=True, budget=None):
+            return_weights=False, fused=True, budget=None, alpha=None):
     """The local mean on validated tensors (no checks on values): see :func:`local_mean_attention`."""
     Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     c = 1.0 / math.sqrt(d) if scale is None else scale
@@ -268,7 +313,7 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
             out = out.masked_fill(empty.expand(*out.shape[:-1])[..., None], math.nan)
         return out
 
-    fn = _resolve_weights(weights)
+    fn = _resolve_weights(weights, alpha)
     nontrivial = not (isinstance(tl, TemporalKernel) and tl.trivial)
     width = max(1, math.prod(batch)) * (2 if return_weights else 1) * (2 if nontrivial else 1)
     rows = chunk_rows(Tq, Tk, width, q.element_size(), budget, q.device)
@@ -294,12 +339,15 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
 
 
 def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale: Optional[float] = None,
-                         temporal=None, return_weights: bool = False, *, fused: bool = True):
+                         temporal=None, return_weights: bool = False, *, fused: bool = True,
+                         alpha=None):
     r"""Attention as the temporal self-local mean :math:`\hat v_t = \sum_s w_{ts} v_s`.
 
     The weights are :math:`w_{ts} = \mathrm{norm}_s(c\, q_t \cdot k_s + \log\kappa(t, s))` with
     ``norm = softmax`` (so :math:`w_{ts} = K_{ts}/\sum_{s'} K_{ts'}` with
-    :math:`K_{ts} = e^{c\, q_t\cdot k_s}\kappa(t, s)`), ``"sparsemax"``, ``"entmax15"``, or any
+    :math:`K_{ts} = e^{c\, q_t\cdot k_s}\kappa(t, s)`), ``"sparsemax"``, ``"entmax15"``,
+    ``"entmax_bisect"`` (α-entmax with ``alpha``: a float > 1, or a tensor of α > 1 broadcastable
+    to the batch shape, e.g. ``(H,)`` for one α per head, that may require a gradient), or any
     callable mapping the score tensor ``(..., rows, T_k)`` to weights of the same shape, acting
     row-wise along the last axis.
 
@@ -314,9 +362,11 @@ def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale
     :func:`~torch.nn.functional.scaled_dot_product_attention`; otherwise (or with
     ``fused=False``) the explicit local mean runs in chunks of query rows under a memory budget,
     so its forward memory grows like ``T`` (not ``T²``) when the weights are not returned.
-    Rows whose keys are all masked give NaN (with a ``UserWarning``).
+    Rows whose keys are all masked give NaN (with a ``UserWarning``). ``q``, ``k`` and ``v`` share
+    one floating dtype (a ``TypeError`` otherwise, as in PyTorch's SDPA).
     """
     q, k, v, batch = _check_qkv(q, k, v)
+    alpha = _check_alpha(alpha, weights, batch)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {type(causal).__name__}")
     if not isinstance(return_weights, bool):
@@ -326,7 +376,7 @@ def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale
     if scale is not None:
         scale = check_positive_float(scale, "scale")
     return _attend(q, k, v, batch, causal=causal, weights=weights, scale=scale, temporal=temporal,
-                   return_weights=return_weights, fused=fused)
+                   return_weights=return_weights, fused=fused, alpha=alpha)
 
 
 # --- layers ------------------------------------------------------------------------------------
@@ -337,10 +387,15 @@ class LocalMeanAttention(nn.Module):
     :math:`v = x W_v^h` (``d_head = d_model / H``), takes :func:`local_mean_attention`, and the
     heads are concatenated and mixed by :math:`W_o`. Returns ``(B, T, d_model)`` (and the weights
     ``(B, H, T, T)`` with ``return_weights=True``). Unbatched ``(T, d_model)`` input works too.
+
+    ``weights="entmax_bisect"`` is adaptively sparse attention (Correia, Niculae & Martins 2019):
+    α-entmax weights with a learnable α per head, :math:`\alpha_h = 1 + \sigma(a_h) \in (1, 2)`
+    (the paper's parametrization, between softmax and sparsemax), started at ``alpha`` (1.5);
+    the parameter is ``alpha_logit`` ``(H,)`` and :attr:`alpha` gives the current α's.
     """
 
     def __init__(self, d_model: int, n_heads: int = 1, causal: bool = True, temporal=None,
-                 weights="softmax", bias: bool = True):
+                 weights="softmax", bias: bool = True, alpha: float = 1.5):
         super().__init__()
         d_model = check_positive_int(d_model, "d_model")
         n_heads = check_positive_int(n_heads, "n_heads")
@@ -352,6 +407,18 @@ class LocalMeanAttention(nn.Module):
         self.causal, self.temporal, self.weights = bool(causal), temporal, weights
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
+        if weights == "entmax_bisect":
+            alpha = check_positive_float(alpha, "alpha")
+            if not 1 < alpha < 2:
+                raise ValueError(f"alpha (the initial α of every head) must be in (1, 2), got {alpha}")
+            self.alpha_logit = nn.Parameter(torch.full((n_heads,), math.log((alpha - 1) / (2 - alpha))))
+
+    @property
+    def alpha(self) -> Optional[torch.Tensor]:
+        """The α of each head, ``1 + sigmoid(alpha_logit)`` ``(H,)`` (None unless entmax_bisect)."""
+        if self.weights != "entmax_bisect":
+            return None
+        return 1 + torch.sigmoid(self.alpha_logit)
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
         if not isinstance(x, torch.Tensor) or x.shape[-1] != self.d_model or x.ndim not in (2, 3):
@@ -363,7 +430,7 @@ class LocalMeanAttention(nn.Module):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         res = _attend(q, k, v, (B, self.n_heads), causal=self.causal, weights=self.weights,
-                      temporal=self.temporal, return_weights=return_weights)
+                      temporal=self.temporal, return_weights=return_weights, alpha=self.alpha)
         o, w = res if return_weights else (res, None)
         y = self.out(o.transpose(1, 2).reshape(B, T, self.d_model))
         if unbatched:
@@ -374,10 +441,11 @@ class LocalMeanAttention(nn.Module):
 class _Block(nn.Module):
     """One level of the hierarchy: ``x + LocalMean(LN(x))``, then ``x + FF(LN(x))``."""
 
-    def __init__(self, d_model, n_heads, d_ff, causal, temporal, weights):
+    def __init__(self, d_model, n_heads, d_ff, causal, temporal, weights, alpha=1.5):
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = LocalMeanAttention(d_model, n_heads, causal=causal, temporal=temporal, weights=weights)
+        self.attn = LocalMeanAttention(d_model, n_heads, causal=causal, temporal=temporal, weights=weights,
+                                       alpha=alpha)
         self.ln2 = nn.LayerNorm(d_model)
         self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
 
@@ -396,11 +464,13 @@ class LocalTransformer(nn.Module):
     → LN → linear readout to next-token logits. ``forward(idx (B, T) long)`` returns logits
     ``(B, T, V)``; ``T ≤ context``. ``temporal`` (e.g. ``TemporalKernel(decay=alibi_slopes(H))``)
     adds a temporal kernel to every layer; ``positional=False`` drops the learned position embedding.
+    ``weights="entmax_bisect"`` learns an α per head and layer, started at ``alpha`` (see
+    :class:`LocalMeanAttention`); :meth:`alphas` returns them.
     """
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  context: int = 128, d_ff: Optional[int] = None, temporal=None, weights="softmax",
-                 positional: bool = True):
+                 positional: bool = True, alpha: float = 1.5):
         super().__init__()
         self.vocab_size = check_positive_int(vocab_size, "vocab_size")
         self.context = check_positive_int(context, "context")
@@ -409,7 +479,8 @@ class LocalTransformer(nn.Module):
         d_ff = 4 * d_model if d_ff is None else check_positive_int(d_ff, "d_ff")
         self.tok = nn.Embedding(self.vocab_size, d_model)
         self.pos = nn.Embedding(self.context, d_model) if positional else None
-        self.blocks = nn.ModuleList(_Block(d_model, n_heads, d_ff, True, temporal, weights) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads, d_ff, True, temporal, weights, alpha)
+                                    for _ in range(n_layers))
         self.ln = nn.LayerNorm(d_model)
         self.readout = nn.Linear(d_model, self.vocab_size)
 
@@ -439,6 +510,13 @@ class LocalTransformer(nn.Module):
             logits = logits[0]
             ws = [w[0] if w is not None else None for w in ws]
         return (logits, ws) if return_weights else logits
+
+    @torch.no_grad()
+    def alphas(self) -> Optional[torch.Tensor]:
+        """The learned α of every layer and head, ``(n_layers, H)`` (None unless entmax_bisect)."""
+        if self.blocks[0].attn.alpha is None:
+            return None
+        return torch.stack([blk.attn.alpha for blk in self.blocks])
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> List[torch.Tensor]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -102,14 +102,16 @@ class TrainingHistory:
 
 def train_language_model(model: nn.Module, tokens: torch.Tensor, *, n_steps: int = 300, batch_size: int = 32,
                          context: int = 64, lr: float = 3e-3, seed: int = 0, progress: Optional[bool] = None,
-                         log_every: int = 10) -> TrainingHistory:
+                         log_every: int = 10,
+                         callback: Optional[Callable[[int, nn.Module], None]] = None) -> TrainingHistory:
     r"""Next-token training with AdamW: minimize :math:`-\frac1{BT}\sum \log p(x_{t+1} \mid x_{\le t})`.
 
     ``model`` maps ``(B, T)`` token ids to ``(B, T, V)`` logits (a :class:`LocalTransformer` or a
     :class:`DiscreteKernel`). Batches are random windows drawn with a generator seeded by ``seed``
     (so two runs from the same initial weights give the same history). A tqdm progress bar shows when
     interactive (``progress=None``), never when ``LOCALBOOK_STATIC`` is set (the conventions of
-    :func:`~localbook.train_dae`: ``n_steps``, ``seed``, ``progress``).
+    :func:`~localbook.train_dae`: ``n_steps``, ``seed``, ``progress``). ``callback(step, model)``,
+    if given, is called at every logged step after the update (e.g. to record learned α's).
     """
     import time
 
@@ -119,6 +121,8 @@ def train_language_model(model: nn.Module, tokens: torch.Tensor, *, n_steps: int
     n_steps = check_positive_int(n_steps, "n_steps")
     lr = check_positive_float(lr, "lr")
     log_every = check_positive_int(log_every, "log_every")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable as callback(step, model), got {type(callback).__name__}")
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_steps, eta_min=lr / 10)
@@ -138,14 +142,23 @@ def train_language_model(model: nn.Module, tokens: torch.Tensor, *, n_steps: int
             hist.steps.append(step)
             hist.train_loss.append(float(loss.detach()))
             bar.set_postfix(loss=f"{hist.train_loss[-1]:.3f}")
+            if callback is not None:
+                callback(step, model)
     hist.seconds = time.perf_counter() - t0
     model.eval()
     return hist
 
 
 @torch.no_grad()
-def evaluate_loss(model: nn.Module, tokens: torch.Tensor, context: int = 64, max_windows: int = 256) -> float:
-    """Mean next-token cross-entropy (nats) over consecutive non-overlapping windows of ``tokens``."""
+def evaluate_loss(model: nn.Module, tokens: torch.Tensor, context: int = 64, max_windows: int = 256,
+                  reduction: str = "mean"):
+    """Mean next-token cross-entropy (nats) over consecutive non-overlapping windows of ``tokens``.
+
+    ``reduction="none"`` returns the loss of every predicted token instead, a float64 tensor
+    ``(n_windows, context)`` (for paired comparisons of two models on the same positions).
+    """
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
     tokens = _check_tokens(tokens)
     context = check_positive_int(context, "context", maximum=max(1, tokens.numel() - 1))
     max_windows = check_positive_int(max_windows, "max_windows")
@@ -156,7 +169,8 @@ def evaluate_loss(model: nn.Module, tokens: torch.Tensor, context: int = 64, max
     model.eval()
     logits = model(x)
     model.train(was)
-    return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), y.reshape(-1)))
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), y.reshape(-1), reduction=reduction)
+    return loss.view(n, context) if reduction == "none" else float(loss)
 
 
 # --- discrete kernels ----------------------------------------------------------------------------

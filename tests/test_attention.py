@@ -414,3 +414,148 @@ def test_attention_over_a_token_memory_is_the_grouped_kernel_bigram(V, r, n, see
     C = A.bigram_counts(mem, V)
     grouped = (K @ C) / (K @ C.sum(1))[:, None]
     torch.testing.assert_close(out, grouped, rtol=1e-12, atol=1e-12)
+
+
+# --- dtypes: no silent casts (as torch's SDPA) ---------------------------------------------------------
+@pytest.mark.parametrize("which", ["k", "v"])
+def test_mismatched_dtypes_raise_like_sdpa(which):
+    q, k, v = _qkv()
+    args = {"q": q, "k": k, "v": v}
+    args[which] = args[which].float()
+    with pytest.raises(RuntimeError, match="same dtype"):  # what PyTorch does
+        sdpa(args["q"], args["k"], args["v"])
+    for kw in ({}, {"fused": False}, {"weights": "sparsemax"}):
+        with pytest.raises(TypeError, match=f"{which} has dtype torch.float32 but q has dtype torch.float64"):
+            A.local_mean_attention(args["q"], args["k"], args["v"], **kw)
+    with pytest.raises(TypeError, match="k has dtype torch.float64 but q has dtype torch.float32"):
+        A.local_mean_attention(q.float(), k, v.float())
+    # array-likes and integer tensors carry no float precision: they still follow q
+    out = A.local_mean_attention(q[0, 0], k[0, 0].tolist(), torch.ones(7, 2, dtype=torch.long))
+    assert out.dtype == q.dtype
+
+
+# --- α-entmax attention with a learnable α per head ------------------------------------------------------
+def _masked_scores(q, k):
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return s.masked_fill(~torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril(), -math.inf)
+
+
+@pytest.mark.parametrize("alpha", [1.05, 1.3, 1.5, 1.9, 2.0])
+def test_entmax_alpha_attention_is_entmax_bisect_of_the_scores(alpha):
+    q, k, v = _qkv(shape_b=(2, 3), seed=1)
+    ref = A.entmax_bisect(_masked_scores(q, k), alpha, n_iter=100)  # the float-α solver
+    per_head = torch.tensor([alpha, 1.5, 2.0])  # tensor α, one per head: the Newton forward
+    ref_h = torch.stack([A.entmax_bisect(_masked_scores(q, k)[:, h], float(a), n_iter=100)
+                         for h, a in enumerate(per_head)], 1)
+    for a, r in ((alpha, ref), (torch.tensor(alpha), ref), (per_head, ref_h)):
+        for fused in (True, False):
+            out, w = A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect", alpha=a,
+                                            return_weights=True, fused=fused)
+            # both solve Σ p = 1 for τ to a few ulps; p = x^r magnifies that by ≤ r = 1/(α − 1)
+            tol = 64 * torch.finfo(q.dtype).eps / (min(alpha, 1.5) - 1)
+            torch.testing.assert_close(w, r, rtol=0, atol=tol)
+            torch.testing.assert_close(out, r @ v, rtol=0, atol=tol * float(v.abs().max()) * 7)
+    assert bool((w == 0).any())
+
+
+def test_entmax_alpha_two_is_sparsemax_attention():
+    q, k, v = _qkv(seed=2)
+    sp_out, sp_w = A.local_mean_attention(q, k, v, causal=True, weights="sparsemax", return_weights=True)
+    out, w = A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect",
+                                    alpha=torch.full((3,), 2.0), return_weights=True)
+    torch.testing.assert_close(w, sp_w, rtol=0, atol=1e-14)
+    torch.testing.assert_close(out, sp_out, rtol=0, atol=1e-13)
+    # α → 2: the weights approach sparsemax's, at first order in 2 − α
+    gaps = [float((A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect",
+                                          alpha=torch.full((3,), 2 - d), return_weights=True)[1]
+                   - sp_w).abs().max()) for d in (1e-2, 1e-3, 1e-4)]
+    assert gaps[0] > 0 and all(5 * b <= a for a, b in zip(gaps, gaps[1:]))
+    # the layer: a per-head α at its upper end (2) is the sparsemax layer
+    torch.manual_seed(0)
+    sparse = A.LocalMeanAttention(12, 3, weights="sparsemax")
+    adaptive = A.LocalMeanAttention(12, 3, weights="entmax_bisect")
+    adaptive.load_state_dict(sparse.state_dict(), strict=False)
+    with torch.no_grad():
+        adaptive.alpha_logit.fill_(40.0)  # sigmoid(40) = 1 in float64
+    assert bool((adaptive.alpha == 2).all())
+    x = torch.randn(2, 9, 12)
+    torch.testing.assert_close(adaptive(x), sparse(x), rtol=0, atol=1e-13)
+
+
+def test_alpha_gradient_by_finite_differences():
+    q, k, v = _qkv(shape_b=(1, 2), Tq=5, Tk=5, d=3, dv=2, seed=3)
+    q.requires_grad_(True)
+    alpha = torch.tensor([1.3, 1.8], requires_grad=True)
+
+    def f(q_, a_):
+        return A.local_mean_attention(q_, k, v, causal=True, weights="entmax_bisect", alpha=a_)
+
+    assert torch.autograd.gradcheck(f, (q, alpha), eps=1e-6, atol=1e-7)
+    # the layer's parameter: d(loss)/d alpha_logit by central differences
+    torch.manual_seed(1)
+    layer = A.LocalMeanAttention(6, 2, weights="entmax_bisect")
+    x = torch.randn(2, 7, 6)
+    layer(x).square().sum().backward()
+    g = layer.alpha_logit.grad.clone()
+    assert bool((g != 0).all())
+    for h in range(2):
+        vals = []
+        for e in (1e-6, -1e-6):
+            with torch.no_grad():
+                layer.alpha_logit[h] += e
+                vals.append(float(layer(x).square().sum()))
+                layer.alpha_logit[h] -= e
+        torch.testing.assert_close(torch.tensor((vals[0] - vals[1]) / 2e-6), g[h], rtol=1e-5, atol=1e-8)
+
+
+def test_learned_alpha_stays_in_one_to_two_and_trains():
+    torch.manual_seed(0)
+    m = A.LocalTransformer(11, d_model=16, n_heads=2, n_layers=2, context=12, weights="entmax_bisect").float()
+    assert m.alphas().shape == (2, 2) and bool((m.alphas() == 1.5).all())
+    tokens = torch.arange(300) % 11
+    seen = []
+    h = A.train_language_model(m, tokens, n_steps=40, batch_size=8, context=12, lr=1e-2, seed=1,
+                               progress=False, log_every=5, callback=lambda s, mod: seen.append(mod.alphas()))
+    assert h.train_loss[-1] < 0.5 * h.train_loss[0]
+    traj = torch.stack(seen)
+    assert traj.shape == (len(h.steps), 2, 2) and bool((traj != 1.5).any())  # α moved
+    assert bool(((traj > 1) & (traj < 2)).all())
+    # pushed hard towards softmax, α stays above 1 (the sigmoid never reaches 0)
+    layer = A.LocalMeanAttention(4, 2, weights="entmax_bisect").float()
+    opt = torch.optim.SGD([layer.alpha_logit], lr=5.0)
+    for _ in range(3):
+        opt.zero_grad()
+        layer.alpha.sum().backward()
+        opt.step()
+    assert bool((layer.alpha > 1).all())
+    assert layer(torch.randn(3, 4, dtype=torch.float32)).shape == (3, 4)
+    per_tok = A.evaluate_loss(m, tokens, context=12, reduction="none")
+    assert per_tok.shape == (24, 12) and abs(float(per_tok.mean()) - A.evaluate_loss(m, tokens, context=12)) < 1e-12
+    assert A.LocalTransformer(11, d_model=8, n_heads=2, context=4).alphas() is None
+
+
+def test_entmax_alpha_attention_bad_inputs():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="needs alpha"):
+        A.local_mean_attention(q, k, v, weights="entmax_bisect")
+    with pytest.raises(ValueError, match="alpha is used only with"):
+        A.local_mean_attention(q, k, v, alpha=1.5)
+    for bad in (1.0, 0.5, torch.tensor([1.5, 1.0, 1.2]), torch.tensor(math.nan)):
+        with pytest.raises(ValueError, match="alpha must be"):
+            A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha=bad)
+    with pytest.raises(ValueError, match="must broadcast to the batch shape"):
+        A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha=torch.full((4,), 1.5))
+    with pytest.raises(TypeError, match="floating tensor"):
+        A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha=torch.tensor([2, 2, 2]))
+    with pytest.raises(TypeError, match="alpha"):
+        A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha="1.5")
+    with pytest.raises(ValueError, match=r"in \(1, 2\)"):
+        A.LocalMeanAttention(8, 2, weights="entmax_bisect", alpha=2.5)
+    from localbook.entmax_alpha import entmax_alpha_newton
+    with pytest.raises(ValueError, match=r"in \(1, 2\]"):
+        entmax_alpha_newton(torch.zeros(3, 4), torch.tensor([[3.0]]))
+    # α > 2 as a tensor: the bisection solver, still entmax_bisect of the scores
+    _, w = A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect",
+                                  alpha=torch.tensor([2.5, 3.0, 1.5]), return_weights=True)
+    ref = A.entmax_bisect(_masked_scores(q, k), torch.tensor([2.5, 3.0, 1.5])[:, None, None])
+    torch.testing.assert_close(w, ref, rtol=0, atol=1e-12)

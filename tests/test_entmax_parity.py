@@ -142,3 +142,27 @@ def test_tsallis_entropy_limits():
 def test_loss_bad_inputs(call, exc, word):
     with pytest.raises(exc, match=word):
         call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_newton_forward_for_attention_matches_the_package(dtype):
+    """The Newton forward used by α-entmax attention (1 < α ≤ 2): values and gradients (to the
+    scores and to α) equal the package's bisection, masked (-inf) entries and a dead row included."""
+    from localbook.entmax_alpha import entmax_alpha_newton
+
+    z = _z((4, 3, 6, 6)).to(dtype)
+    z = z.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), -math.inf) * 3
+    alpha = torch.tensor([1.01, 1.5, 2.0], dtype=dtype).view(1, 3, 1, 1).requires_grad_()
+    zg = z.clone().requires_grad_()
+    g = _z((4, 3, 6, 6), seed=2).to(dtype)
+    p = entmax_alpha_newton(zg, alpha)
+    gz, ga = torch.autograd.grad((p * g).sum(), (zg, alpha))
+    z64, a64 = z.double().requires_grad_(), alpha.detach().double().requires_grad_()
+    q = ref.entmax_bisect(z64, a64.expand(4, 3, 6, 1), n_iter=200)
+    gz_ref, ga_ref = torch.autograd.grad((q * g.double()).sum(), (z64, a64))
+    eps = torch.finfo(dtype).eps  # p = x^r with r ≤ 100: an ulp in τ moves p by ≤ 100 ulps
+    torch.testing.assert_close(p.double(), q, rtol=0, atol=200 * eps)
+    torch.testing.assert_close(gz.double(), gz_ref, rtol=0, atol=1e3 * eps * float(g.abs().max()))
+    torch.testing.assert_close(ga.double(), ga_ref, rtol=0, atol=1e5 * eps * float(ga_ref.abs().max()))
+    dead = entmax_alpha_newton(torch.full((2, 3), -math.inf, dtype=dtype), torch.tensor([[1.5]], dtype=dtype))
+    assert bool(torch.isnan(dead).all())
