@@ -21,16 +21,16 @@ localization kernels of :mod:`localbook.kernels`:
 * exponential recency decay :math:`\kappa = e^{-\lambda |t - s|}` (ALiBi, Press et al. 2022).
 
 The module holds the temporal kernels, the attention function :func:`local_mean_attention`, the
-multi-head layer :class:`LocalMeanAttention`, the tiny :class:`LocalTransformer`, and
-:func:`attention_graph`, which turns learned weights into a token graph. The language-model
-pieces of chapter 5 (tokenizer, training loop, bigram baselines) are in :mod:`localbook.language`;
+multi-head layer :class:`LocalMeanAttention` and the tiny :class:`LocalTransformer`;
+:func:`attention_graph` (learned weights as a token graph) is in :mod:`localbook.token_graph`
+and re-exported here. The language-model pieces of chapter 7 (tokenizer, training loop, bigram baselines) are in :mod:`localbook.language`;
 the graph is drawn by :func:`localbook.plotting.draw_attention_graph`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Union
 
 import torch
 from torch import nn
@@ -145,7 +145,7 @@ def temporal_kernel(T: int, causal: bool = False, window: Optional[int] = None, 
 
 
 # --- the local mean ----------------------------------------------------------------------------
-def _check_qkv(q, k, v):
+def _check_qkv(q, k, v, check_values: bool = True):
     q = as_tensor(q, "q", finite=False)
     for name, t in (("k", k), ("v", v)):  # as torch's SDPA: no silent casts between float dtypes
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != q.dtype:
@@ -154,8 +154,11 @@ def _check_qkv(q, k, v):
                             f"first, e.g. {name}.to(q.dtype))")
     k = as_tensor(k, "k", like=q, finite=False)
     v = as_tensor(v, "v", like=q, finite=False)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_finite(t, name)
+    # one host synchronisation for the three tensors (a finite sum proves every entry finite);
+    # only a non-finite sum pays for the exact check that names the argument
+    if check_values and not bool(torch.isfinite(q.sum() + k.sum() + v.sum())):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            check_finite(t, name)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
             raise ValueError(f"{name} must have shape (..., T, d) with at least 2 dimensions, got shape {tuple(t.shape)}")
@@ -340,7 +343,7 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
 
 def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale: Optional[float] = None,
                          temporal=None, return_weights: bool = False, *, fused: bool = True,
-                         alpha=None):
+                         alpha=None, check_values: bool = True):
     r"""Attention as the temporal self-local mean :math:`\hat v_t = \sum_s w_{ts} v_s`.
 
     The weights are :math:`w_{ts} = \mathrm{norm}_s(c\, q_t \cdot k_s + \log\kappa(t, s))` with
@@ -364,8 +367,15 @@ def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale
     so its forward memory grows like ``T`` (not ``T²``) when the weights are not returned.
     Rows whose keys are all masked give NaN (with a ``UserWarning``). ``q``, ``k`` and ``v`` share
     one floating dtype (a ``TypeError`` otherwise, as in PyTorch's SDPA).
+
+    Shapes and dtypes are checked on metadata; the NaN/inf check on the values costs one host
+    synchronisation per call (one reduction over ``q``, ``k``, ``v``). ``check_values=False``
+    skips it — no synchronisation on a GPU's hot path; NaN/inf inputs then propagate to the
+    outputs, as in SDPA.
     """
-    q, k, v, batch = _check_qkv(q, k, v)
+    if not isinstance(check_values, bool):
+        raise TypeError(f"check_values must be True or False, got {type(check_values).__name__}")
+    q, k, v, batch = _check_qkv(q, k, v, check_values)
     alpha = _check_alpha(alpha, weights, batch)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {type(causal).__name__}")
@@ -539,59 +549,5 @@ class LocalTransformer(nn.Module):
         return out
 
 
-# --- attention as a graph ----------------------------------------------------------------------------
-@dataclass
-class AttentionGraph:
-    """A directed token graph: an edge ``t → s`` of weight ``w`` means token ``t`` averages over ``s``."""
-
-    labels: List[str]
-    weights: torch.Tensor  #: ``(N, N)`` node-level weights (rows: queries)
-    edges: torch.Tensor  #: ``(E, 2)`` long, (query node, key node)
-    edge_weights: torch.Tensor  #: ``(E,)``
-
-    def to_networkx(self):
-        """The graph as a ``networkx.DiGraph`` (needs networkx)."""
-        import networkx as nx
-
-        G = nx.DiGraph()
-        for i, lab in enumerate(self.labels):
-            G.add_node(i, label=lab)
-        for (a, b), w in zip(self.edges.tolist(), self.edge_weights.tolist()):
-            G.add_edge(a, b, weight=w)
-        return G
-
-
-def attention_graph(weights, labels: Sequence[str], groups: Optional[torch.Tensor] = None,
-                    threshold: float = 0.1, self_loops: bool = False) -> AttentionGraph:
-    r"""Turn local-mean weights ``(T, T)`` (or ``(H, T, T)``, averaged over heads) into a token graph.
-
-    With ``groups`` (a group id per position, e.g. from :func:`word_groups`), positions are merged:
-    :math:`W_{AB} = \frac1{|A|} \sum_{t\in A} \sum_{s \in B} w_{ts}` (rows still sum to one). An edge
-    ``A → B`` is kept when :math:`W_{AB} \ge` ``threshold``.
-    """
-    w = as_tensor(weights, "weights", ndim=(2, 3))
-    if w.ndim == 3:
-        w = w.mean(0)
-    T = w.shape[0]
-    if w.shape[1] != T:
-        raise ValueError(f"weights must be square (self-attention), got shape {tuple(w.shape)}")
-    threshold = check_positive_float(threshold, "threshold", allow_zero=True)
-    labels = list(labels)
-    if groups is not None:
-        groups = torch.as_tensor(groups, dtype=torch.long, device=w.device)
-        if groups.shape != (T,):
-            raise ValueError(f"groups must have one id per position ({T},), got shape {tuple(groups.shape)}")
-        N = int(groups.max()) + 1
-        onehot = F.one_hot(groups, N).to(w.dtype)  # (T, N)
-        W = (onehot.T @ w @ onehot) / onehot.sum(0).clamp(min=1)[:, None]
-    else:
-        W = w
-    N = W.shape[0]
-    if len(labels) != N:
-        raise ValueError(f"labels must name the {N} nodes, got {len(labels)}")
-    keep = W >= threshold
-    if not self_loops:
-        keep &= ~torch.eye(N, dtype=torch.bool, device=W.device)
-    edges = keep.nonzero()
-    return AttentionGraph(labels, W, edges, W[keep])
-
+# the token graph of chapter 7 lives in its own module; re-exported here and at the top level
+from .token_graph import AttentionGraph, attention_graph  # noqa: E402

@@ -8,7 +8,7 @@ import torch
 from .kernels import KERNELS, kernel_profile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .attention import AttentionGraph
+    from .token_graph import AttentionGraph
 
 __all__ = ["book_style", "plot_kernel_gallery", "plot_fits", "draw_attention_graph"]
 

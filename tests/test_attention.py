@@ -559,3 +559,32 @@ def test_entmax_alpha_attention_bad_inputs():
                                   alpha=torch.tensor([2.5, 3.0, 1.5]), return_weights=True)
     ref = A.entmax_bisect(_masked_scores(q, k), torch.tensor([2.5, 3.0, 1.5])[:, None, None])
     torch.testing.assert_close(w, ref, rtol=0, atol=1e-12)
+
+
+def test_check_values_is_one_switch_for_the_nan_check():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 4, generator=g) for _ in range(3))
+    bad = k.clone()
+    bad[1, 2, 3] = float("nan")
+    with pytest.raises(ValueError, match="k"):
+        A.local_mean_attention(q, bad, v)
+    # skipped on request: NaN propagates as in SDPA (batch 1 only), no error
+    out = A.local_mean_attention(q, bad, v, check_values=False)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, bad, v)
+    torch.testing.assert_close(out, ref, equal_nan=True)
+    assert torch.isnan(out[1]).all() and torch.isfinite(out[0]).all()
+    with pytest.raises(TypeError, match="check_values"):
+        A.local_mean_attention(q, k, v, check_values=1)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_softmax_path_has_no_host_sync_when_values_are_not_checked():
+    q, k, v = (torch.randn(2, 4, 64, 32, device="cuda") for _ in range(3))
+    A.local_mean_attention(q, k, v, causal=True, check_values=False)  # warm-up
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for causal in (False, True):
+            A.local_mean_attention(q, k, v, causal=causal, check_values=False)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
