@@ -98,3 +98,39 @@ def write_section(name: str, device: str, title: str, header: list[str], rows: l
     path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return path
+
+
+def configure(args) -> int:
+    """Apply ``--threads`` to every library in the run: torch's intra-op pool and the BLAS/OpenMP
+    pools NumPy, SciPy and scikit-learn use (threadpoolctl), so both sides get the same cores."""
+    n = max(1, int(args.threads))
+    torch.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        configure._limits = threadpool_limits(n)  # kept alive for the whole run
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        pass
+    return n
+
+
+def time_interleaved(fns, device: str = "cpu", repeat: int = 5, warmup: int = 1,
+                     clock: str = "wall") -> list[float]:
+    """Best time of each function in ``fns``, in seconds: warm-up calls, then ``repeat`` rounds
+    that call every function once in turn (so load changes hit all sides alike), keeping each
+    one's minimum — the same method as :func:`best_time`. ``clock="cpu"`` measures the process's
+    CPU time instead of the wall clock (immune to other processes on a shared CPU machine)."""
+    tick = time.process_time if clock == "cpu" else time.perf_counter
+    for _ in range(warmup):
+        for f in fns:
+            f()
+    sync(device)
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, f in enumerate(fns):
+            sync(device)
+            t = tick()
+            f()
+            sync(device)
+            best[i] = min(best[i], tick() - t)
+    return best

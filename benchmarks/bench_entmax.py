@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_model  # noqa: E402
+from _common import configure, machine, parser, time_interleaved  # noqa: E402
 
 # (name, scale of the randn scores): standard normal scores, and flatter ones (wider supports)
 INPUTS = [("randn", 1.0), ("0.1·randn (wide support)", 0.1)]
@@ -68,22 +64,6 @@ def _fwd_bwd(f, z, g):
     y = f(x)
     y.backward(g)
     return y.detach(), x.grad
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _time(f, z, g, device):
-    """Seconds of one forward+backward: wall clock on CUDA; on the CPU the process's CPU time, which
-    other processes' load on a shared machine does not inflate (the wall clock is reported too)."""
-    _sync(device)
-    w, c = time.perf_counter(), time.process_time()
-    _fwd_bwd(f, z, g)
-    _sync(device)
-    w, c = time.perf_counter() - w, time.process_time() - c
-    return (w if device.type == "cuda" else c), w
 
 
 def _proc_kib(key: str) -> int:
@@ -135,22 +115,15 @@ def _peak_cuda(f, z, g):
 
 
 def _machine(device) -> str:
-    cpu = cpu_model()
-    desc = f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads)"
-    if device.type == "cuda":
-        desc = f"{torch.cuda.get_device_name(device)}; host: {desc}"
     import entmax
 
-    return f"{desc}; entmax {getattr(entmax, '__version__', '?')}; Python {platform.python_version()}"
+    return f"{machine(device.type)}; entmax {getattr(entmax, '__version__', '?')}"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--quick", action="store_true", help="small shape, few repetitions (smoke test)")
-    ap.add_argument("--reps", type=int, default=None, help="timed repetitions per method (median reported)")
+    ap = parser(__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=None, help="timed repetitions per method (best reported)")
     ap.add_argument("--out", type=Path, default=None, help="markdown file to write")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: CPU time = work)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
@@ -158,7 +131,7 @@ def main(argv=None) -> int:
         _child(method, which, tuple(shape), scale, threads)
         return 0
 
-    torch.set_num_threads(args.threads)
+    configure(args)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda requested but CUDA is not available")
@@ -177,18 +150,16 @@ def main(argv=None) -> int:
             torch.testing.assert_close(p, q, rtol=1e-4, atol=2e-5)
             torch.testing.assert_close(gp, gq, rtol=1e-3, atol=1e-4)
             support = float((p > 0).sum(-1).float().mean())
-            t_ours, t_theirs = [], []
-            for _ in range(reps):  # interleaved, so both see the same machine load
-                t_ours.append(_time(ours, z, g, device))
-                t_theirs.append(_time(theirs, z, g, device))
-            a, b = (statistics.median(t[0] for t in ts) for ts in (t_ours, t_theirs))
-            wa, wb = (statistics.median(t[1] for t in ts) for ts in (t_ours, t_theirs))
+            # interleaved, best of reps; on the CPU the process's CPU time (load from other
+            # processes on a shared machine does not inflate it), on CUDA the wall clock
+            a, b = time_interleaved([lambda: _fwd_bwd(ours, z, g), lambda: _fwd_bwd(theirs, z, g)],
+                                    device.type, reps,
+                                    clock="wall" if device.type == "cuda" else "cpu")
             if device.type == "cuda":
                 m_ours, m_theirs = _peak_cuda(ours, z, g), _peak_cuda(theirs, z, g)
             else:
                 m_ours, m_theirs = (_peak_cpu(name, i, shape, scale, args.threads) for i in (0, 1))
             rows.append(dict(input=in_name, method=name, support=support, ours=a, theirs=b, ratio=b / a,
-                             wall_ours=wa, wall_theirs=wb,
                              mem_ours=m_ours, mem_theirs=m_theirs,
                              err=float((p - q).abs().max()), gerr=float((gp - gq).abs().max())))
             print(f"{in_name:26s} {name:22s} support {support:7.1f}  localbook {a * 1e3:8.1f} ms  "
@@ -199,8 +170,8 @@ def main(argv=None) -> int:
     lines = [
         f"## entmax{' (CUDA)' if device.type == 'cuda' else ''}: `localbook.entmax` vs the `entmax` package",
         "",
-        f"Forward + backward on a {shape[0]}×{shape[1]} float32 score matrix on {device.type} (median of "
-        f"{reps} interleaved runs; {'wall-clock time' if device.type == 'cuda' else f'CPU time of the process with {args.threads} torch thread(s), so that load from other processes on a shared machine does not distort the ratio; the wall clock is listed too'}; "
+        f"Forward + backward on a {shape[0]}×{shape[1]} float32 score matrix on {device.type} (best of "
+        f"{reps} interleaved runs after a warm-up, `_common.time_interleaved`; {'wall-clock time' if device.type == 'cuda' else f'CPU time of the process with {args.threads} thread(s), so that load from other processes on a shared machine does not distort the ratio'}; "
         f"speed-up = entmax time / localbook time; peak = extra memory of one "
         f"forward+backward pass, {'CUDA max_memory_allocated' if device.type == 'cuda' else 'resident-set high-water mark above the footprint before the pass, in a fresh process'}). "
         "Values and gradients agree (max abs differences listed). The package sorts every row in full "
@@ -208,13 +179,12 @@ def main(argv=None) -> int:
         "partially sorts the rows (`topk`) to a certified size and runs Newton on the top entries; "
         "with a tensor α (a learnable α per row, which also receives a gradient) both bisect.",
         "",
-        "| scores | method | mean support | localbook (ms) | entmax (ms) | speed-up | wall ms localbook / entmax | peak MiB localbook | peak MiB entmax | max abs diff p / grad |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| scores | method | mean support | localbook (ms) | entmax (ms) | speed-up | peak MiB localbook | peak MiB entmax | max abs diff p / grad |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(f"| {r['input']} | {r['method']} | {r['support']:.1f} | {r['ours'] * 1e3:.1f} | "
-                     f"{r['theirs'] * 1e3:.1f} | **{r['ratio']:.2f}×** | "
-                     f"{r['wall_ours'] * 1e3:.0f} / {r['wall_theirs'] * 1e3:.0f} | {mib(r['mem_ours'])} | "
+                     f"{r['theirs'] * 1e3:.1f} | **{r['ratio']:.2f}×** | {mib(r['mem_ours'])} | "
                      f"{mib(r['mem_theirs'])} | {r['err']:.1e} / {r['gerr']:.1e} |")
     lines += ["", f"Machine: {_machine(device)}.{' (--quick run)' if args.quick else ''}", ""]
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best_time, parser, write_section  # noqa: E402
+from _common import best_time, configure, parser, write_section  # noqa: E402
 
 import localbook as lb  # noqa: E402
 
@@ -123,7 +123,7 @@ def peak_extra_mb(code: str) -> float:
 
 def main(argv=None):
     args = parser(__doc__.splitlines()[0]).parse_args(argv)
-    torch.set_num_threads(args.threads)
+    configure(args)
     device = args.device
     from sklearn.impute import KNNImputer
 

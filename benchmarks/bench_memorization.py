@@ -26,14 +26,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser, peak_rss_delta, sync, write_section  # noqa: E402
+from _common import (  # noqa: E402
+    best_time, configure, parser, peak_rss_delta, time_interleaved, write_section,
+)
 
 import localbook as lb  # noqa: E402
 
@@ -95,6 +96,7 @@ def main():
     import scipy.linalg
 
     args = parser(__doc__.splitlines()[0]).parse_args()
+    configure(args)
     dev = args.device
     N, P = (500, 5000) if args.quick else (2000, 20000)
     gen = torch.Generator().manual_seed(0)
@@ -102,29 +104,27 @@ def main():
     G = torch.randn(N, generator=gen, dtype=torch.float64).to(dev)
     Q = torch.randn(16, P, generator=gen, dtype=torch.float64).to(dev)
 
-    lb.stability(Phi[:50], G[:50], None, Q)  # warm-up
-    sync(dev)
-    t = time.perf_counter()
-    S = lb.stability(Phi, G, None, Q)  # (16, N): every i at once
-    sync(dev)
-    t_all = time.perf_counter() - t
+    t_all = best_time(lambda: lb.stability(Phi, G, None, Q), dev, repeat=3)  # every i at once
+    S = lb.stability(Phi, G, None, Q)  # (16, N)
     theta = lb.min_norm_fit(Phi, G)
 
     idx = [0, N - 1]
     t_lb, t_sp, err = [], [], 0.0
     for i in idx:
         keep = torch.tensor([r for r in range(N) if r != i], device=Phi.device)
-        sync(dev)
-        t = time.perf_counter()
-        th_i = lb.min_norm_fit(Phi[keep], G[keep])
-        sync(dev)
-        t_lb.append(time.perf_counter() - t)
+        Pk, gk = Phi[keep], G[keep]
+        Pn, gn = Pk.cpu().numpy(), gk.cpu().numpy()
+
+        def refit_scipy():
+            return Pn.T @ scipy.linalg.cho_solve(scipy.linalg.cho_factor(Pn @ Pn.T), gn)
+
+        # both refits timed the same way: interleaved, warm, best of 2
+        a, b = time_interleaved([lambda: lb.min_norm_fit(Pk, gk), refit_scipy], dev, repeat=2)
+        t_lb.append(a)
+        t_sp.append(b)
+        th_i = lb.min_norm_fit(Pk, gk)
         err = max(err, float((Q @ (theta - th_i) - S[:, i]).abs().max()))
-        Pn, gn = Phi[keep].cpu().numpy(), G[keep].cpu().numpy()
-        t = time.perf_counter()
-        th_sp = Pn.T @ scipy.linalg.cho_solve(scipy.linalg.cho_factor(Pn @ Pn.T), gn)
-        t_sp.append(time.perf_counter() - t)
-        ref = Q.cpu().numpy() @ (theta.cpu().numpy() - th_sp)
+        ref = Q.cpu().numpy() @ (theta.cpu().numpy() - refit_scipy())
         err = max(err, float(np.abs(ref - S[:, i].cpu().numpy()).max()))
     scale = float(S.abs().max())
     assert err < 1e-8 * max(1.0, scale), f"rank-one stabilities disagree with refits: {err:.2e}"

@@ -35,20 +35,22 @@ from .metric import *  # noqa: F401,F403
 
 # generators and figures that live in the namespaces but are called as lb.X by the chapters
 from .datasets import add_noise_border, spurious_gaussian_data, spurious_split  # noqa: F401,E402
+from .datasets import make_digits_views, make_fashion_views, make_multiview_subspaces  # noqa: E402
+from .datasets import block_mask, holdout_mask, missing_at_random_mask  # noqa: E402
 from .plotting import draw_attention_graph  # noqa: F401,E402
 
 # Modules built on scikit-learn classes load on first use (scikit-learn costs ~1-3 s of import
-# time nobody else pays for): the estimators and the imputer (chapter 12). Their public names
-# are read from each module's ``__all__`` without importing it.
+# time nobody else pays for): the estimators and the imputer (chapter 10). Their public names
+# are read from the literal ``__all__ = [...]`` of each module's source without importing it
+# (a regular expression, not a parse of the whole file: tests/test_datasets.py checks it).
 def _public_names(module: str):
     import ast
+    import re
     from pathlib import Path
 
-    tree = ast.parse((Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
-            return ast.literal_eval(node.value)
-    return []
+    src = (Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+    found = re.search(r"^__all__ = (\[[^\]]*\])", src, flags=re.M)
+    return ast.literal_eval(found.group(1)) if found else []
 
 
 _LAZY = {name: module for module in ("estimators", "impute") for name in _public_names(module)}

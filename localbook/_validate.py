@@ -180,6 +180,55 @@ def check_positive_float(value, name: str, *, allow_zero: bool = False) -> float
     return value
 
 
+def check_fraction(value, name: str, *, allow_zero: bool = False, allow_one: bool = False,
+                   meaning: str = "") -> float:
+    """A number in the unit interval: ``(0, 1)``; ``allow_zero``/``allow_one`` close either end.
+
+    ``meaning`` (e.g. ``" (the spurious fraction d_y/d)"``) is added to the error message.
+    """
+    value = check_positive_float(value, name, allow_zero=allow_zero)
+    if value > 1 or (value == 1 and not allow_one):
+        interval = f"{'[' if allow_zero else '('}0, 1{']' if allow_one else ')'}"
+        raise ValueError(f"{name} must be in {interval}{meaning}, got {value}")
+    return value
+
+
+def check_positive_ints(values, name: str) -> list:
+    """A non-empty sequence of positive integers (sizes, one per view or layer), as a list."""
+    if isinstance(values, (numbers.Integral, str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a sequence of positive integers, got {type(values).__name__}")
+    if len(values) == 0:
+        raise ValueError(f"{name} must be a non-empty sequence of positive integers")
+    return [check_positive_int(v, name) for v in values]
+
+
+def check_image_shape(image_shape, n_features: Optional[int] = None) -> tuple:
+    """``(H, W)`` of flattened images, positive integers; with ``n_features``, ``H·W`` must match it."""
+    if image_shape is None:
+        raise ValueError("image_shape is needed for the pixel layer: pass (height, width) of the flattened images")
+    try:
+        hw = tuple(image_shape)
+    except TypeError:
+        raise TypeError(f"image_shape must be a (height, width) pair, got {type(image_shape).__name__}") from None
+    if len(hw) != 2:
+        raise ValueError(f"image_shape must be a (height, width) pair, got {image_shape!r}")
+    H = check_positive_int(hw[0], "image_shape[0]")
+    W = check_positive_int(hw[1], "image_shape[1]")
+    if n_features is not None and H * W != n_features:
+        raise ValueError(f"image_shape {H}×{W} = {H * W} pixels does not match X's {n_features} features")
+    return H, W
+
+
+def check_missing_data(X, name: str = "X", like: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """An ``(n, d)`` float tensor where NaN marks a missing value; infinities are rejected."""
+    t = as_tensor(X, name, like=like, ndim=(2,), finite=False)
+    if t.shape[0] == 0 or t.shape[1] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one sample and one feature are needed")
+    if bool(torch.isinf(t).any()):
+        raise ValueError(f"{name} contains {int(torch.isinf(t).sum())} infinite value(s); only NaN may mark a missing value")
+    return t
+
+
 def check_index(i, n: int, name: str = "i") -> int:
     """An index into ``n`` items; negative indices count from the end as in Python."""
     i = check_positive_int(i, name, minimum=-n, maximum=n - 1)

@@ -1,17 +1,34 @@
-"""Synthetic data sets for the chapters, and loaders of the small data shipped with the package.
+"""Every data generator of the book, and loaders of the small data shipped with the package.
 
 Every generator is seeded (a ``seed``, or a ``torch.Generator`` for the spurious-feature data of
-chapter 8) and returns tensors (default float dtype unless ``dtype`` given). The spurious-feature
-generators are also exported at the top level (``lb.spurious_gaussian_data``, ...).
+chapter 8) and returns tensors (default float dtype unless ``dtype`` given), except the
+missing-value masks of chapter 10, which are numpy ``bool`` arrays (``True`` = missing or
+hidden). Sections: regression and clustering data (chapters 1-4), shipped data, data with
+spurious features (chapter 8), multi-view data (chapter 7: a union of subspaces seen through
+nonlinear maps, two views of scikit-learn's digits, three of Fashion-MNIST) and missing-value
+masks (chapter 10). The generators of the later chapters are also exported at the top level
+(``lb.spurious_gaussian_data``, ``lb.make_multiview_subspaces``, ``lb.block_mask``, ...), and
+the old homes (``localbook.sagl``, ``localbook.impute``) still import them. Heavy optional
+dependencies (scikit-learn's digits, the Fashion-MNIST reader) are imported inside the
+function that needs them, so importing this module costs only torch and numpy.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
-from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
+from ._validate import (
+    as_tensor,
+    check_choice,
+    check_fraction,
+    check_image_shape,
+    check_positive_float,
+    check_positive_int,
+    check_positive_ints,
+)
 
 __all__ = ["regression_function", "make_regression_1d", "make_regression_2d", "make_blobs"]
 
@@ -118,8 +135,6 @@ def load_fashion_mnist_subset():
 
     Returns ``images`` uint8 numpy array ``(200, 28, 28)`` and ``labels`` ``(200,)``.
     """
-    import numpy as np
-
     path = _DATA / "fashion-mnist-t10k-first200.npz"
     if _sha256(path.read_bytes()) != _FASHION_SHA256:
         raise RuntimeError(f"{path.name} is corrupt: its sha256 does not match the recorded one")
@@ -135,7 +150,6 @@ def _spurious_dims(d: int, alpha: float) -> Tuple[int, int]:
     """``(d_x, d_y)`` with ``d_y = round(α d)`` clipped to ``[1, d − 1]`` (as in the data)."""
     dy = min(max(1, round(alpha * d)), d - 1)
     return d - dy, dy
-
 
 
 def _sphere(n, d, generator, dtype, device):
@@ -156,9 +170,7 @@ def spurious_gaussian_data(n: int, d: int, alpha: float, generator: Optional[tor
     """
     n = check_positive_int(n, "n")
     d = check_positive_int(d, "d", minimum=2)
-    alpha = check_positive_float(alpha, "alpha")
-    if alpha >= 1:
-        raise ValueError(f"alpha is the spurious fraction d_y/d and must be in (0, 1), got {alpha}")
+    alpha = check_fraction(alpha, "alpha", meaning=" (the spurious fraction d_y/d)")
     counterpart = check_choice(counterpart, "counterpart", ["zero", "resample"])
     dx, dy = _spurious_dims(d, alpha)
     dtype = dtype or torch.get_default_dtype()
@@ -199,3 +211,190 @@ def spurious_split(images, border: int):
     mask[border:H - border, border:W - border] = False
     spurious = img * mask
     return img - spurious, spurious
+
+
+# --- multi-view data (chapter 7) ---------------------------------------------------------------
+__all__ += ["make_multiview_subspaces", "make_digits_views", "make_fashion_views"]
+
+
+def _orthonormal(rows: int, cols: int, g: torch.Generator, dtype) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(rows, cols, generator=g, dtype=dtype))
+    return q
+
+
+_ACTIVATIONS = (torch.tanh, lambda t: torch.nn.functional.softplus(t) - math.log(2.0), torch.sin)
+
+
+def make_multiview_subspaces(
+    n_per_class: int = 60, n_classes: int = 4, latent_dim: int = 12, subspace_dim: int = 3,
+    view_dims: Sequence[int] = (30, 50), nonlinearity: float = 1.0, noise: float = 0.05,
+    seed: int = 0, dtype: Optional[torch.dtype] = None,
+):
+    r"""A union of ``n_classes`` linear subspaces seen through several random nonlinear maps.
+
+    Latent points ``xᵢ = B_{yᵢ} cᵢ`` with ``B_k (latent_dim, subspace_dim)`` a random orthonormal
+    basis and ``cᵢ`` uniform on the unit sphere of ``ℝ^{subspace_dim}``. View ``v`` is a random
+    one-hidden-layer map with its own activation (tanh, centred softplus, sine in turn):
+    ``X⁽ᵛ⁾ = σ_v(γ xᵢ G_v) M_v / γ + noise·sd·ε`` (``sd`` the view's standard deviation, ``ε``
+    standard normal) with Gaussian ``G_v (latent_dim, 2·d_v)``,
+    ``M_v (2·d_v, d_v)`` (scaled by fan-in) and ``γ = nonlinearity`` (small ``γ`` ≈ linear).
+    Returns ``views`` (a list of ``(n, d_v)`` tensors), ``labels (n,)`` (int64) and
+    ``latent (n, latent_dim)``, with ``n = n_per_class · n_classes`` and rows grouped by class.
+    """
+    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2)
+    n_classes = check_positive_int(n_classes, "n_classes")
+    latent_dim = check_positive_int(latent_dim, "latent_dim")
+    subspace_dim = check_positive_int(subspace_dim, "subspace_dim", maximum=latent_dim)
+    noise = check_positive_float(noise, "noise", allow_zero=True)
+    gamma = check_positive_float(nonlinearity, "nonlinearity")
+    view_dims = check_positive_ints(view_dims, "view_dims")
+    dtype = dtype or torch.get_default_dtype()
+    g = torch.Generator().manual_seed(int(seed))
+    labels = torch.arange(n_classes).repeat_interleave(n_per_class)
+    bases = torch.stack([_orthonormal(latent_dim, subspace_dim, g, dtype) for _ in range(n_classes)])
+    c = torch.randn(labels.shape[0], subspace_dim, generator=g, dtype=dtype)
+    c = c / c.norm(dim=1, keepdim=True)
+    latent = torch.einsum("nab,nb->na", bases[labels], c)
+    views = []
+    for v, d in enumerate(view_dims):
+        act = _ACTIVATIONS[v % len(_ACTIVATIONS)]
+        G = torch.randn(latent_dim, 2 * d, generator=g, dtype=dtype)
+        M = torch.randn(2 * d, d, generator=g, dtype=dtype) / math.sqrt(2 * d)
+        xv = act(gamma * latent @ G) @ M / gamma
+        xv = xv + noise * xv.std() * torch.randn(xv.shape, generator=g, dtype=dtype)
+        views.append(xv)
+    return views, labels, latent
+
+
+def _orientation_histograms(images: torch.Tensor, n_bins: int = 9, cell: int = 4) -> torch.Tensor:
+    """HOG-like features: per ``cell × cell`` block, a histogram of unsigned gradient orientations
+    weighted by gradient magnitude, each cell's histogram L2-normalized. ``(n, h, w)`` → ``(n, cells·n_bins)``."""
+    gy, gx = torch.gradient(images, dim=(1, 2))
+    mag = torch.sqrt(gx**2 + gy**2)
+    ang = torch.remainder(torch.atan2(gy, gx), math.pi)  # unsigned, [0, π)
+    bins = torch.clamp((ang / math.pi * n_bins).long(), max=n_bins - 1)
+    n, h, w = images.shape
+    cy = torch.arange(h) // cell
+    cx = torch.arange(w) // cell
+    ncx = (w + cell - 1) // cell
+    cell_id = (cy[:, None] * ncx + cx[None, :]).expand(n, h, w)
+    n_cells = ((h + cell - 1) // cell) * ncx
+    idx = (cell_id * n_bins + bins).reshape(n, -1)
+    hist = torch.zeros(n, n_cells * n_bins, dtype=images.dtype).scatter_add_(1, idx, mag.reshape(n, -1))
+    hist = hist.reshape(n, n_cells, n_bins)
+    hist = hist / hist.norm(dim=2, keepdim=True).clamp(min=1e-12)
+    return hist.reshape(n, -1)
+
+
+def _balanced_subset(target: torch.Tensor, n_per_class: int, seed: int) -> torch.Tensor:
+    """Indices of ``n_per_class`` random members of each of the ten classes (seeded)."""
+    g = torch.Generator().manual_seed(int(seed))
+    keep = []
+    for k in range(10):  # ten classes, not data points
+        members = torch.nonzero(target == k).flatten()
+        keep.append(members[torch.randperm(members.numel(), generator=g)[:n_per_class]])
+    return torch.cat(keep)
+
+
+def make_digits_views(n_per_class: int = 40, seed: int = 0, dtype: Optional[torch.dtype] = None):
+    """Two views of scikit-learn's handwritten digits (offline): raw pixels and gradient histograms.
+
+    Draws ``n_per_class`` images of each digit (``n = 10·n_per_class``, rows grouped by class).
+    View 0: the 64 pixel intensities scaled to [0, 1]; view 1: 16 cells (2 × 2 pixels) × 6
+    unsigned orientation bins of the image gradient, each cell L2-normalized (HOG-like, 96 features). Returns
+    ``views`` (list of two ``(n, d_v)`` tensors) and ``labels (n,)``.
+    """
+    from sklearn.datasets import load_digits  # scikit-learn is imported only when needed
+
+    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=174)
+    dtype = dtype or torch.get_default_dtype()
+    data = load_digits()
+    images = torch.as_tensor(data.images, dtype=dtype) / 16.0
+    target = torch.as_tensor(data.target)
+    keep = _balanced_subset(target, n_per_class, seed)
+    images = images[keep]
+    views = [images.reshape(len(keep), -1), _orientation_histograms(images, n_bins=6, cell=2)]
+    return views, target[keep].long()
+
+
+def make_fashion_views(n_per_class: int = 200, seed: int = 0, split: str = "test",
+                       dtype: Optional[torch.dtype] = None):
+    """Three heterogeneous views of Fashion-MNIST images (a local copy; never downloads).
+
+    Draws ``n_per_class`` images of each of the ten classes from ``split`` (rows grouped by
+    class; the draw depends on ``seed``). View 0: the 784 pixels scaled to [0, 1]; view 1:
+    HOG-like histograms (7 × 7 cells of 4 × 4 pixels, 9 unsigned orientation bins, 441
+    features); view 2: 256 random ReLU features of the 2 × 2-average-pooled image (a fixed
+    Gaussian map, seed 1234, the same for every draw). Returns ``views`` and ``labels (n,)``.
+    """
+    from .fashion_mnist import load_fashion_mnist
+
+    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=1000)
+    dtype = dtype or torch.get_default_dtype()
+    images, target = load_fashion_mnist(split)  # disk first; the checked download in Colab
+    images = torch.as_tensor(images).to(dtype) / 255.0
+    target = torch.as_tensor(target).long()
+    keep = _balanced_subset(target, n_per_class, seed)
+    im = images[keep]
+    n = len(keep)
+    pooled = torch.nn.functional.avg_pool2d(im[:, None], 2).reshape(n, -1)
+    proj = torch.randn(196, 256, generator=torch.Generator().manual_seed(1234), dtype=dtype)
+    views = [im.reshape(n, -1), _orientation_histograms(im, n_bins=9, cell=4),
+             torch.relu(pooled @ proj / 14.0)]
+    return views, target[keep]
+
+
+# --- missing-value masks (chapter 10) ----------------------------------------------------------
+__all__ += ["missing_at_random_mask", "block_mask", "holdout_mask"]
+
+
+def missing_at_random_mask(shape, rate: float, seed: int = 0) -> np.ndarray:
+    """A boolean mask, ``True`` = missing, each entry missing independently with probability ``rate``.
+
+    The mask depends on no data value, so in Rubin's (1976) terms the values are *missing
+    completely at random* (MCAR); the function keeps the everyday name. ``shape`` is
+    ``(n_samples, n_features)``; returns a numpy ``bool`` array of that shape.
+    """
+    rate = check_fraction(rate, "rate", allow_zero=True)
+    rng = np.random.default_rng(seed)
+    return rng.random(tuple(shape)) < rate
+
+
+def block_mask(n_samples: int, image_shape, block: int, seed: int = 0) -> np.ndarray:
+    """One missing ``block × block`` square per image at a random position, ``(n, H·W)`` bool.
+
+    ``True`` marks a missing pixel; the square lies fully inside the ``H × W`` image.
+    """
+    n_samples = check_positive_int(n_samples, "n_samples")
+    H, W = check_image_shape(image_shape)
+    block = check_positive_int(block, "block", maximum=min(H, W))
+    rng = np.random.default_rng(seed)
+    top = rng.integers(0, H - block + 1, n_samples)
+    left = rng.integers(0, W - block + 1, n_samples)
+    rows = np.arange(H)[None, :, None]
+    cols = np.arange(W)[None, None, :]
+    m = ((rows >= top[:, None, None]) & (rows < top[:, None, None] + block)
+         & (cols >= left[:, None, None]) & (cols < left[:, None, None] + block))
+    return m.reshape(n_samples, H * W)
+
+
+def holdout_mask(X, fraction: float = 0.1, seed: int = 0, max_rows: Optional[int] = None) -> np.ndarray:
+    """Hide a random part of the *observed* values: ``(n, d)`` bool, ``True`` = hidden.
+
+    Each observed entry (not NaN) of ``X (n, d)`` is hidden independently with probability
+    ``fraction``, in ``max_rows`` rows drawn at random among those with at least two observed
+    values (all of them when ``max_rows`` is None). Truly missing entries are never marked, so
+    imputing ``X`` with the marked entries set to NaN and scoring them needs no ground truth.
+    """
+    fraction = check_fraction(fraction, "fraction")
+    A = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=float)
+    if A.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {A.shape}")
+    observed = ~np.isnan(A)
+    rng = np.random.default_rng(seed)
+    rows = np.flatnonzero(observed.sum(1) >= 2)
+    if max_rows is not None and len(rows) > max_rows:
+        rows = np.sort(rng.choice(rows, check_positive_int(max_rows, "max_rows"), replace=False))
+    hide = np.zeros(A.shape, dtype=bool)
+    hide[rows] = (rng.random((len(rows), A.shape[1])) < fraction) & observed[rows]
+    return hide

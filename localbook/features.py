@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
+from ._validate import as_tensor, check_choice, check_fraction, check_positive_int
 from .datasets import _spurious_dims
 
 __all__ = [
@@ -402,9 +402,8 @@ def alignment_limit(act, alpha, model: str = "rf", degree: int = 30, n_nodes: in
     ``alpha`` in (0, 1), a number (returns a float) or a sequence (returns a float64 tensor).
     """
     many = isinstance(alpha, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(alpha) == 1
-    alphas = [check_positive_float(float(a), "alpha") for a in (alpha if many else [alpha])]
-    if any(a >= 1 for a in alphas):
-        raise ValueError(f"alpha is the spurious fraction d_y/d and must be in (0, 1), got {alpha}")
+    alphas = [check_fraction(float(a), "alpha", meaning=" (the spurious fraction d_y/d)")
+              for a in (alpha if many else [alpha])]
     return alignment_profile(act, alphas if many else alphas[0], model, degree, n_nodes)
 
 
@@ -426,9 +425,7 @@ def finite_d_alignment(act, d: int, alpha: float, model: str = "rf", n_nodes: in
     from scipy.special import roots_jacobi  # scipy is a dependency; imported here, once needed
 
     d = check_positive_int(d, "d", minimum=2)
-    alpha = check_positive_float(alpha, "alpha")
-    if alpha >= 1:
-        raise ValueError(f"alpha is the spurious fraction d_y/d and must be in (0, 1), got {alpha}")
+    alpha = check_fraction(alpha, "alpha", meaning=" (the spurious fraction d_y/d)")
     n_nodes = check_positive_int(n_nodes, "n_nodes")
     dx, dy = _spurious_dims(d, alpha)
     if dx == 1:

@@ -49,7 +49,8 @@ imputer: ``layers="image"`` on raw values, for any table of numbers with NaN hol
 
 **Data-driven defaults.** ``pixel_bandwidth="auto"`` and ``image_weight="auto"`` (the defaults)
 choose ``h`` and ``β`` at ``fit`` time by the hold-out recipe: hide a random ``holdout`` fraction
-(10 %) of the *observed* values of up to 200 reference rows (:func:`holdout_mask`), impute them with
+(10 %) of the *observed* values of up to 200 reference rows
+(:func:`~localbook.datasets.holdout_mask`), impute them with
 the rest of the reference set (each row's own original and its exact copies left out) for every
 pair on a grid (:data:`PIXEL_BANDWIDTH_GRID` × :data:`IMAGE_WEIGHT_GRID`), and keep the pair with
 the smallest RMSE on the hidden values. The neighbours are found once; each ``h`` costs one pixel
@@ -62,320 +63,48 @@ missingness of the data passed to ``fit`` (fit on complete images, it is tuned f
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, TransformerMixin  # a dependency; this module loads lazily
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
-from .kernels import chunk_rows, get_kernel, iter_chunks, scaled_sq_dist
+from ._validate import (
+    check_choice,
+    check_fraction,
+    check_image_shape,
+    check_missing_data,
+    check_positive_float,
+    check_positive_int,
+)
+from .datasets import block_mask, holdout_mask, missing_at_random_mask  # noqa: F401  (old home)
+from .impute_layers import (  # the layers; their public names are re-exported here
+    _average,
+    _check_imputed_weight,
+    _combine,
+    _identical_rows,
+    _image_local_mean,
+    _neighbour_weights,
+    _observed_mean,
+    _pixel_layer,
+    image_local_mean,
+    nan_sq_distances,
+    pixel_local_mean,
+    pixel_positions,
+    rmse_missing,
+)
+from .kernels import get_kernel
 
 __all__ = [
     "PIXEL_BANDWIDTH_GRID",
     "IMAGE_WEIGHT_GRID",
-    "holdout_mask",
     "pixel_positions",
     "pixel_local_mean",
     "nan_sq_distances",
     "image_local_mean",
     "LocalMeanImputer",
-    "missing_at_random_mask",
-    "block_mask",
     "rmse_missing",
 ]
-
-
-# --- masks and scores ----------------------------------------------------------------------
-def missing_at_random_mask(shape, rate: float, seed: int = 0) -> np.ndarray:
-    """A boolean mask, ``True`` = missing, each entry missing independently with probability ``rate``.
-
-    The mask depends on no data value, so in Rubin's (1976) terms the values are *missing
-    completely at random* (MCAR); the function keeps the everyday name. ``shape`` is
-    ``(n_samples, n_features)``; returns a numpy ``bool`` array of that shape.
-    """
-    rate = check_positive_float(rate, "rate", allow_zero=True)
-    if rate >= 1:
-        raise ValueError(f"rate must be in [0, 1), got {rate}")
-    rng = np.random.default_rng(seed)
-    return rng.random(tuple(shape)) < rate
-
-
-def block_mask(n_samples: int, image_shape, block: int, seed: int = 0) -> np.ndarray:
-    """One missing ``block × block`` square per image at a random position, ``(n, H·W)`` bool.
-
-    ``True`` marks a missing pixel; the square lies fully inside the ``H × W`` image.
-    """
-    n_samples = check_positive_int(n_samples, "n_samples")
-    H, W = _check_image_shape(image_shape, None)
-    block = check_positive_int(block, "block", maximum=min(H, W))
-    rng = np.random.default_rng(seed)
-    top = rng.integers(0, H - block + 1, n_samples)
-    left = rng.integers(0, W - block + 1, n_samples)
-    rows = np.arange(H)[None, :, None]
-    cols = np.arange(W)[None, None, :]
-    m = ((rows >= top[:, None, None]) & (rows < top[:, None, None] + block)
-         & (cols >= left[:, None, None]) & (cols < left[:, None, None] + block))
-    return m.reshape(n_samples, H * W)
-
-
-def holdout_mask(X, fraction: float = 0.1, seed: int = 0, max_rows: Optional[int] = None) -> np.ndarray:
-    """Hide a random part of the *observed* values: ``(n, d)`` bool, ``True`` = hidden.
-
-    Each observed entry (not NaN) of ``X (n, d)`` is hidden independently with probability
-    ``fraction``, in ``max_rows`` rows drawn at random among those with at least two observed
-    values (all of them when ``max_rows`` is None). Truly missing entries are never marked, so
-    imputing ``X`` with the marked entries set to NaN and scoring them needs no ground truth.
-    """
-    fraction = check_positive_float(fraction, "fraction")
-    if fraction >= 1:
-        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
-    A = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=float)
-    if A.ndim != 2:
-        raise ValueError(f"X must be 2-D, got shape {A.shape}")
-    observed = ~np.isnan(A)
-    rng = np.random.default_rng(seed)
-    rows = np.flatnonzero(observed.sum(1) >= 2)
-    if max_rows is not None and len(rows) > max_rows:
-        rows = np.sort(rng.choice(rows, check_positive_int(max_rows, "max_rows"), replace=False))
-    hide = np.zeros(A.shape, dtype=bool)
-    hide[rows] = (rng.random((len(rows), A.shape[1])) < fraction) & observed[rows]
-    return hide
-
-
-def rmse_missing(x_imputed, x_true, missing) -> float:
-    r"""Root mean squared error on the missing entries only: :math:`\sqrt{\mathrm{mean}_{(i,p) \in \mathcal M} (\hat x_{ip} - x_{ip})^2}`.
-
-    All three arguments are ``(n, d)`` array-likes (``missing`` boolean, ``True`` = missing).
-    """
-    a = np.asarray(x_imputed.detach().cpu() if isinstance(x_imputed, torch.Tensor) else x_imputed, dtype=float)
-    b = np.asarray(x_true.detach().cpu() if isinstance(x_true, torch.Tensor) else x_true, dtype=float)
-    m = np.asarray(missing.detach().cpu() if isinstance(missing, torch.Tensor) else missing, dtype=bool)
-    if a.shape != b.shape or a.shape != m.shape:
-        raise ValueError(f"x_imputed, x_true and missing must have the same shape, got {a.shape}, {b.shape}, {m.shape}")
-    if not m.any():
-        raise ValueError("missing marks no entry; the RMSE on missing entries is undefined")
-    return float(np.sqrt(np.mean((a[m] - b[m]) ** 2)))
-
-
-# --- validation helpers --------------------------------------------------------------------
-def _check_image_shape(image_shape, n_features: Optional[int]) -> Tuple[int, int]:
-    if image_shape is None:
-        raise ValueError("image_shape is needed for the pixel layer: pass (height, width) of the flattened images")
-    try:
-        hw = tuple(image_shape)
-    except TypeError:
-        raise TypeError(f"image_shape must be a (height, width) pair, got {type(image_shape).__name__}") from None
-    if len(hw) != 2:
-        raise ValueError(f"image_shape must be a (height, width) pair, got {image_shape!r}")
-    H = check_positive_int(hw[0], "image_shape[0]")
-    W = check_positive_int(hw[1], "image_shape[1]")
-    if n_features is not None and H * W != n_features:
-        raise ValueError(f"image_shape {H}×{W} = {H * W} pixels does not match X's {n_features} features")
-    return H, W
-
-
-def _check_missing_data(X, name: str = "X", like: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``(n, d)`` float tensor where NaN marks a missing value; infinities are rejected."""
-    t = as_tensor(X, name, like=like, ndim=(2,), finite=False)
-    if t.shape[0] == 0 or t.shape[1] == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one sample and one feature are needed")
-    if bool(torch.isinf(t).any()):
-        raise ValueError(f"{name} contains {int(torch.isinf(t).sum())} infinite value(s); only NaN may mark a missing value")
-    return t
-
-
-# --- layer 1: pixel level -------------------------------------------------------------------
-def pixel_positions(image_shape, *, dtype=None, device=None) -> torch.Tensor:
-    """The (row, column) coordinates of the pixels of an ``H × W`` image in row-major order, ``(H·W, 2)``."""
-    H, W = _check_image_shape(image_shape, None)
-    r, c = torch.meshgrid(torch.arange(H), torch.arange(W), indexing="ij")
-    return torch.stack([r.reshape(-1), c.reshape(-1)], 1).to(dtype=dtype or torch.get_default_dtype(), device=device)
-
-
-def pixel_local_mean(X, image_shape, bandwidth: float = 1.0, kernel: str = "gaussian",
-                     return_mass: bool = False):
-    r"""Layer 1: fill each missing pixel with the local mean of the observed pixels of its own image.
-
-    :math:`z_{ip} = \sum_q K_h(r_p, r_q) m_{iq} x_{iq} / S_{ip}`, :math:`S_{ip} = \sum_q K_h(r_p, r_q) m_{iq}`
-    for missing ``p``; observed pixels unchanged. ``X (n, H·W)`` with NaN = missing,
-    ``image_shape = (H, W)``, ``bandwidth`` in pixels. Numerator and mass are two matrix products
-    with the ``(P, P)`` kernel matrix (for the Gaussian, separable convolutions along rows and
-    columns); images where a mass underflows are redone in log space, so a
-    pixel deep inside a missing block gets its nearest observed pixels' mean. A pixel with no
-    observed pixel in reach (nothing observed, or a compact kernel) stays NaN. Returns
-    ``z (n, H·W)`` on X's device and dtype, and with ``return_mass`` also ``S (n, H·W)`` (the
-    kernel mass of the observed pixels around each pixel, excluding the pixel itself).
-    """
-    X = _check_missing_data(X)
-    H, W = _check_image_shape(image_shape, X.shape[1])
-    h = check_positive_float(bandwidth, "bandwidth")
-    out, mass = _pixel_layer(X, H, W, h, get_kernel(kernel))
-    return (out, mass) if return_mass else out
-
-
-def _pixel_layer(X, H, W, h, kern):
-    """Layer 1 on validated input: ``(z, S)``. The Gaussian kernel on a grid is separable,
-    ``K = K_rows ⊗ K_cols``, so its products cost ``n·P·(H + W)`` instead of ``n·P²``; the
-    pixel's own term (``k(0) = 1``) is subtracted, and it is zero at a missing pixel anyway."""
-    miss = torch.isnan(X)
-    M = (~miss).to(X.dtype)
-    Z = torch.nan_to_num(X, nan=0.0)
-    n, P = X.shape
-    if kern.name == "gaussian":
-        def conv(A):
-            kr, kc = (torch.exp(-0.5 * ((torch.arange(L, dtype=X.dtype, device=X.device)[:, None]
-                                          - torch.arange(L, dtype=X.dtype, device=X.device)) / h) ** 2)
-                      for L in (H, W))
-            return (kr @ A.reshape(n, H, W) @ kc).reshape(n, P)
-        num, mass = conv(Z) - Z, (conv(M) - M).clamp(min=0.0)
-        log_k = None
-    else:
-        log_k = _log_pixel_kernel(H, W, h, kern, X)
-        K = torch.exp(log_k)
-        num, mass = Z @ K, M @ K  # K symmetric: (n, P)
-    est = num / mass.clamp(min=torch.finfo(X.dtype).tiny)
-    # masses that are zero or subnormal lose precision: redo those images in log space
-    tiny = torch.finfo(X.dtype).tiny / torch.finfo(X.dtype).eps
-    redo = torch.nonzero((miss & (mass < tiny)).any(1)).flatten()
-    if redo.numel():
-        log_k = _log_pixel_kernel(H, W, h, kern, X) if log_k is None else log_k
-        rows = chunk_rows(redo.numel(), P, P, X.element_size(), None, X.device)
-        for sl in iter_chunks(redo.numel(), rows):
-            idx = redo[sl]
-            log_m = torch.log(M[idx])  # log of the observed mask (−inf where missing)
-            lw = log_k[None, :, :] + log_m[:, None, :]  # (r, P target, P source)
-            lse = torch.logsumexp(lw, dim=2, keepdim=True)
-            w = torch.exp(lw - lse)  # NaN rows where nothing is in reach (−inf − −inf)
-            est[idx] = (w @ Z[idx][:, :, None])[..., 0]
-    return torch.where(miss, est, X), mass
-
-
-def _log_pixel_kernel(H, W, h, kern, X):
-    """The ``(P, P)`` log-kernel matrix on pixel positions, −inf on the diagonal."""
-    pos = pixel_positions((H, W), dtype=X.dtype, device=X.device)
-    hh = torch.full((2,), h, dtype=X.dtype, device=X.device)
-    log_k = kern.log_profile(scaled_sq_dist(pos, pos, hh, center=pos.mean(0)))  # symmetric
-    return log_k.fill_diagonal_(-math.inf)  # a pixel never predicts itself
-
-
-# --- layer 2: image level -------------------------------------------------------------------
-def nan_sq_distances(Xq, X) -> Tuple[torch.Tensor, torch.Tensor]:
-    r"""Squared distances on commonly observed features, scaled to all features (``nan_euclidean``).
-
-    :math:`d^2_{ij} = \frac{P}{|O_i \cap O_j|} \sum_{p \in O_i \cap O_j} (x_{ip} - x_{jp})^2`, with
-    ``+inf`` where two rows share no observed feature. ``Xq (m, P)``, ``X (n, P)`` with NaN =
-    missing; returns ``(d2 (m, n), common (m, n))``, ``common`` the number of shared features.
-    Computed in row chunks through three matrix products.
-    """
-    X = _check_missing_data(X, "X")
-    Xq = _check_missing_data(Xq, "Xq", like=X)
-    if Xq.shape[1] != X.shape[1]:
-        raise ValueError(f"Xq has {Xq.shape[1]} features but X has {X.shape[1]}")
-    return _nan_sq_dist(Xq, X)
-
-
-def _nan_sq_dist(Xq, X):
-    Mq, M = (~torch.isnan(Xq)).to(X.dtype), (~torch.isnan(X)).to(X.dtype)
-    Zq, Z = torch.nan_to_num(Xq, nan=0.0), torch.nan_to_num(X, nan=0.0)
-    P = X.shape[1]
-    d2 = torch.empty(Xq.shape[0], X.shape[0], dtype=X.dtype, device=X.device)
-    common = torch.empty_like(d2)
-    rows = chunk_rows(Xq.shape[0], X.shape[0], 1, X.element_size(), None, X.device)
-    Z2T = (Z * Z).T
-    for sl in iter_chunks(Xq.shape[0], rows):
-        zq = Zq[sl]
-        s = (zq * zq) @ M.T + Mq[sl] @ Z2T - 2.0 * (zq @ Z.T)
-        c = Mq[sl] @ M.T
-        common[sl] = c
-        d2[sl] = torch.where(c > 0, s.clamp(min=0.0) * P / c.clamp(min=1.0), torch.full_like(s, math.inf))
-    return d2, common
-
-
-def image_local_mean(Xq, X_ref, Z_ref, n_neighbors: int = 10, kernel: str = "gaussian",
-                     exclude: Optional[torch.Tensor] = None, imputed_weight: float = 1.0) -> torch.Tensor:
-    r"""Layer 2: the local mean over similar images, ``(m, P)``.
-
-    :math:`\hat z_{ip} = \sum_j w_{ij} c_{jp} z_{jp} / \sum_j w_{ij} c_{jp}` with
-    :math:`c_{jp} = 1` where reference image ``j`` observes pixel ``p`` and
-    :math:`c_{jp} = \lambda` (``imputed_weight``, in ``(0, 1]``) where its value ``z_jp`` was
-    itself imputed. ``Xq (m, P)`` / ``X_ref (n, P)`` are the masked images (NaN = missing) that
-    define the distances :math:`d_{ij}` on commonly observed pixels (:func:`nan_sq_distances`);
-    ``Z_ref (n, P)`` holds the values averaged (the reference images' layer-1 outputs). The
-    neighbourhood of query ``i`` is its ``n_neighbors`` nearest reference images
-    (``exclude[i, j] = True`` removes a pair), weighted by :math:`w_{ij} = K(d_{ij}/h_i)` with
-    ``h_i`` the distance to the ``n_neighbors``-th neighbour. A query sharing no observed pixel with
-    any reference image gets NaN.
-    """
-    X_ref = _check_missing_data(X_ref, "X_ref")
-    Xq = _check_missing_data(Xq, "Xq", like=X_ref)
-    Z_ref = as_tensor(Z_ref, "Z_ref", like=X_ref, ndim=(2,), finite=False)
-    if Xq.shape[1] != X_ref.shape[1] or Z_ref.shape != X_ref.shape:
-        raise ValueError(f"Xq {tuple(Xq.shape)}, X_ref {tuple(X_ref.shape)} and Z_ref {tuple(Z_ref.shape)} must "
-                         "have the same number of features, and Z_ref the shape of X_ref")
-    n_neighbors = check_positive_int(n_neighbors, "n_neighbors")
-    lam = _check_imputed_weight(imputed_weight)
-    kern = get_kernel(kernel)
-    if exclude is not None:
-        exclude = torch.as_tensor(exclude, dtype=torch.bool, device=X_ref.device)
-        if exclude.shape != (Xq.shape[0], X_ref.shape[0]):
-            raise ValueError(f"exclude must have shape {(Xq.shape[0], X_ref.shape[0])}, got {tuple(exclude.shape)}")
-    return _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam)
-
-
-def _check_imputed_weight(value) -> float:
-    lam = check_positive_float(value, "imputed_weight")
-    if lam > 1:
-        raise ValueError(f"imputed_weight must be in (0, 1] (an imputed value counts at most as much as an observed one), got {lam}")
-    return lam
-
-
-def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam):
-    w, idx = _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude)
-    return _average(w, idx, Z_ref, X_ref, lam)
-
-
-def _average(w, idx, Z_ref, X_ref, lam):
-    """``Σ_j w_ij c_jp Z_ref[j, p] / Σ_j w_ij c_jp`` over the neighbours ``idx``; ``(m, P)``."""
-    w = torch.nan_to_num(w, nan=0.0)  # a query with no usable neighbour: all weights 0 → NaN below
-    out = torch.empty(w.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device)
-    rows = chunk_rows(w.shape[0], Z_ref.shape[1], 3 * idx.shape[1], Z_ref.element_size(), None, Z_ref.device)
-    for sl in iter_chunks(w.shape[0], rows):
-        observed = (~torch.isnan(X_ref[idx[sl]])).to(Z_ref.dtype)  # (r, k, P)
-        c = w[sl][..., None] * (lam + (1.0 - lam) * observed)
-        den = c.sum(1)
-        num = (c * Z_ref[idx[sl]]).sum(1)
-        out[sl] = torch.where(den > 0, num / den.clamp(min=torch.finfo(den.dtype).tiny), torch.full_like(den, math.nan))
-    return out
-
-
-def _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude):
-    """Normalized weights ``(m, k)`` and indices ``(m, k)`` of the nearest reference images."""
-    d2, _ = _nan_sq_dist(Xq, X_ref)
-    if exclude is not None:
-        d2 = d2.masked_fill(exclude, math.inf)
-    k = min(n_neighbors, X_ref.shape[0])
-    vals, idx = torch.topk(d2, k, dim=1, largest=False)  # (m, k)
-    finite = torch.isfinite(vals)
-    h2 = torch.where(finite, vals, torch.zeros_like(vals)).max(1).values
-    h2 = torch.where(h2 > 0, h2, torch.ones_like(h2))
-    # u² = d²/h²: the k-th neighbour sits at u = 1 (weight e^{-1/2} for the Gaussian)
-    lw = torch.where(finite, kern.log_profile(vals / h2[:, None]), torch.full_like(vals, -math.inf))
-    w = torch.exp(lw - torch.logsumexp(lw, 1, keepdim=True))  # NaN rows: nothing in reach
-    return w, idx
-
-
-# --- the estimator ----------------------------------------------------------------------------
-from sklearn.base import BaseEstimator, TransformerMixin  # noqa: E402  (a dependency of localbook)
-from sklearn.utils.validation import check_is_fitted  # noqa: E402
-
-try:  # scikit-learn ≥ 1.6
-    from sklearn.utils.validation import validate_data as _sk_validate
-
-    def _validate_array(est, X, reset):
-        return _sk_validate(est, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite="allow-nan")
-except ImportError:  # pragma: no cover - older scikit-learn
-    def _validate_array(est, X, reset):
-        return est._validate_data(X, reset=reset, dtype=[np.float64, np.float32], force_all_finite="allow-nan")
 
 #: Candidate pixel bandwidths (in pixels) for ``pixel_bandwidth="auto"``.
 PIXEL_BANDWIDTH_GRID = (0.3, 0.4, 0.5, 0.7, 1.0, 1.4, 2.0)
@@ -448,16 +177,13 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         tags.input_tags.allow_nan = True
         return tags
 
-    def _more_tags(self):  # scikit-learn < 1.6
-        return {"allow_nan": True}
-
     # parameters are validated at fit time, as scikit-learn estimators do
     def _check_params(self, n_features: int) -> str:
         layers = check_choice(self.layers, "layers", ["auto", "both", "pixel", "image"])
         if layers == "auto":
             layers = "image" if self.image_shape is None else "both"
         if layers != "image" or self.image_shape is not None:
-            _check_image_shape(self.image_shape, n_features)
+            check_image_shape(self.image_shape, n_features)
         for name in ("pixel_bandwidth", "image_weight"):
             if not (isinstance(getattr(self, name), str) and getattr(self, name) == "auto"):
                 check_positive_float(getattr(self, name), name)
@@ -465,15 +191,13 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         check_positive_int(self.n_neighbors, "n_neighbors")
         get_kernel(self.image_kernel)
         _check_imputed_weight(self.imputed_weight)
-        h = check_positive_float(self.holdout, "holdout")
-        if h >= 1:
-            raise ValueError(f"holdout must be in (0, 1), got {h}")
+        check_fraction(self.holdout, "holdout")
         return layers
 
     def _validate(self, X, reset: bool):
         """Tensors keep their device and dtype; anything else goes through scikit-learn's checks."""
         if isinstance(X, torch.Tensor):
-            t = _check_missing_data(X, like=None if reset else self.X_ref_)
+            t = check_missing_data(X, like=None if reset else self.X_ref_)
             if reset:
                 self.n_features_in_ = t.shape[1]
             elif t.shape[1] != self.n_features_in_:
@@ -485,7 +209,8 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         if sp.issparse(X):
             raise TypeError("LocalMeanImputer does not accept sparse input: a stored zero is a value, "
                             "NaN marks a missing one; pass a dense array (X.toarray()) with NaN holes")
-        A = _validate_array(self, X, reset)
+        A = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32],
+                          ensure_all_finite="allow-nan")
         t = torch.from_numpy(np.array(A, copy=True))
         return t if reset else t.to(dtype=self.X_ref_.dtype, device=self.X_ref_.device)
 
@@ -508,7 +233,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         return self
 
     def _layer1(self, X, h=None):
-        H, W = _check_image_shape(self.image_shape, X.shape[1])
+        H, W = check_image_shape(self.image_shape, X.shape[1])
         return _pixel_layer(X, H, W, self.pixel_bandwidth_ if h is None else h, get_kernel(self.pixel_kernel))
 
     def _tune(self, X):
@@ -580,51 +305,3 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
             Z = torch.where(torch.isnan(Z), self.feature_mean_.expand_as(Z), Z)
             out[rows] = torch.where(miss[rows], Z, Xm)
         return out if is_tensor else out.cpu().numpy()
-
-
-def _combine(z, mass, zhat, beta):
-    """``(S z + β ẑ) / (S + β)``, using whichever of the two is defined where the other is NaN.
-
-    ``beta`` may be a tensor that broadcasts against ``z`` (several β at once)."""
-    beta = torch.as_tensor(beta, dtype=mass.dtype, device=mass.device)
-    a = torch.where(torch.isnan(z), torch.zeros_like(mass), mass)
-    b = torch.where(torch.isnan(zhat), torch.zeros_like(beta), beta)
-    num = a * torch.nan_to_num(z, nan=0.0) + b * torch.nan_to_num(zhat, nan=0.0)
-    den = a + b
-    return torch.where(den > 0, num / den.clamp(min=torch.finfo(z.dtype).tiny), torch.full_like(num, math.nan))
-
-
-def _identical_rows(Xq, X):
-    """``(m, n)`` bool: row ``i`` of ``Xq`` equals row ``j`` of ``X``, NaNs in the same places.
-
-    Candidates come from a random projection of (values, mask); each candidate pair is then
-    compared entry by entry, so the answer is exact.
-    """
-    g = torch.Generator(device="cpu").manual_seed(12345)
-    proj = torch.randn(2, X.shape[1], generator=g, dtype=torch.float64).to(device=X.device, dtype=X.dtype)
-
-    def code(A):
-        return torch.nan_to_num(A, nan=0.0) @ proj[0] + (~torch.isnan(A)).to(A.dtype) @ proj[1]
-
-    cq, cr = code(Xq), code(X)
-    tol = 1e-6 * (1.0 + cr.abs().max())
-    same = torch.zeros(Xq.shape[0], X.shape[0], dtype=torch.bool, device=X.device)
-    rows = chunk_rows(Xq.shape[0], X.shape[0], 1, X.element_size(), None, X.device)
-    for sl in iter_chunks(Xq.shape[0], rows):
-        a, b = torch.nonzero((cq[sl, None] - cr[None, :]).abs() <= tol, as_tuple=True)
-        if a.numel():
-            A, B = Xq[sl][a], X[b]
-            eq = ((A == B) | (torch.isnan(A) & torch.isnan(B))).all(1)
-            same[sl][a[eq], b[eq]] = True
-    return same
-
-
-def _observed_mean(Xq, X_ref, n_neighbors, kern, exclude):
-    """Layer 2 alone on raw values: for each pixel, average only the neighbours that observe it."""
-    w, idx = _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude)
-    w = torch.nan_to_num(w, nan=0.0)
-    nb = X_ref[idx]  # (m, k, P)
-    obs = (~torch.isnan(nb)).to(X_ref.dtype)
-    num = (w[..., None] * obs * torch.nan_to_num(nb, nan=0.0)).sum(1)
-    den = (w[..., None] * obs).sum(1)
-    return torch.where(den > 0, num / den.clamp(min=torch.finfo(X_ref.dtype).tiny), torch.full_like(num, math.nan))

@@ -30,6 +30,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ._validate import (
     as_tensor,
+    check_fraction,
     check_points,
     check_positive_float,
     check_positive_int,
@@ -200,9 +201,7 @@ def fit_metric(
         raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
     if not isinstance(early_stopping, bool):
         raise TypeError(f"early_stopping must be a bool, got {type(early_stopping).__name__}")
-    frac = check_positive_float(validation_fraction, "validation_fraction")
-    if frac >= 1:
-        raise ValueError(f"validation_fraction must be in (0, 1), got {frac}")
+    frac = check_fraction(validation_fraction, "validation_fraction")
     opts = dict(max_iter=check_positive_int(max_iter, "max_iter"),
                 check_every=check_positive_int(check_every, "check_every"),
                 patience=check_positive_int(patience, "patience"), budget=budget)

@@ -35,9 +35,11 @@ Baselines with the same read-out: :func:`knn_graph`, :func:`entmax_distance_grap
 self-expression, Lu et al. 2012, closed form). The read-out (:func:`spectral_readout`) is
 normalized spectral clustering of ``W = (|A| + |A|ᵀ)/2``. Graphs are returned as dense ``(n, n)``
 tensors (sparse in their values): the module is meant for ``n`` up to a few thousand points.
-:func:`make_multiview_subspaces` draws a union of subspaces seen through several random
-nonlinear maps; :func:`make_digits_views` and :func:`make_fashion_views` build real multi-view
-sets offline (scikit-learn digits; Fashion-MNIST from a local copy).
+The data of the chapter live in :mod:`localbook.datasets` (and at the top level):
+:func:`~localbook.datasets.make_multiview_subspaces` draws a union of subspaces seen through
+several random nonlinear maps; :func:`~localbook.datasets.make_digits_views` and
+:func:`~localbook.datasets.make_fashion_views` build real multi-view sets offline (scikit-learn
+digits; Fashion-MNIST from a local copy). They are still importable from this module.
 """
 from __future__ import annotations
 
@@ -48,121 +50,28 @@ from typing import Callable, List, Optional, Sequence
 import torch
 from torch import nn
 
-from ._validate import as_tensor, check_choice, check_positive_float, check_positive_int
+from ._validate import (
+    as_tensor,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_positive_ints,
+)
+from .datasets import (  # noqa: F401  (their old home: `from localbook.sagl import make_...`)
+    make_digits_views,
+    make_fashion_views,
+    make_multiview_subspaces,
+)
 from .entmax import entmax15
 
 __all__ = [
-    "make_multiview_subspaces", "make_digits_views", "make_fashion_views", "standardize_views",
-    "candidate_neighbours", "SparseAttentionGraph", "sagl_loss", "SAGLResult", "fit_sagl",
-    "spectral_readout", "sagl_cluster", "knn_graph", "entmax_distance_graph", "lsr_graph",
-    "lsr_coefficients", "reduce_views",
+    "standardize_views", "candidate_neighbours", "SparseAttentionGraph", "sagl_loss", "SAGLResult",
+    "fit_sagl", "spectral_readout", "sagl_cluster", "knn_graph", "entmax_distance_graph",
+    "lsr_graph", "lsr_coefficients", "reduce_views",
 ]
 
 GRAPHS = ("entmax15", "softmax", "identity")
 OBJECTIVES = ("codes", "inputs")
-
-
-# --- data ---------------------------------------------------------------------------------
-def _orthonormal(rows: int, cols: int, g: torch.Generator, dtype) -> torch.Tensor:
-    q, _ = torch.linalg.qr(torch.randn(rows, cols, generator=g, dtype=dtype))
-    return q
-
-
-_ACTIVATIONS = (torch.tanh, lambda t: torch.nn.functional.softplus(t) - math.log(2.0), torch.sin)
-
-
-def make_multiview_subspaces(
-    n_per_class: int = 60, n_classes: int = 4, latent_dim: int = 12, subspace_dim: int = 3,
-    view_dims: Sequence[int] = (30, 50), nonlinearity: float = 1.0, noise: float = 0.05,
-    seed: int = 0, dtype: Optional[torch.dtype] = None,
-):
-    r"""A union of ``n_classes`` linear subspaces seen through several random nonlinear maps.
-
-    Latent points ``xᵢ = B_{yᵢ} cᵢ`` with ``B_k (latent_dim, subspace_dim)`` a random orthonormal
-    basis and ``cᵢ`` uniform on the unit sphere of ``ℝ^{subspace_dim}``. View ``v`` is a random
-    one-hidden-layer map with its own activation (tanh, centred softplus, sine in turn):
-    ``X⁽ᵛ⁾ = σ_v(γ xᵢ G_v) M_v / γ + noise·sd·ε`` (``sd`` the view's standard deviation, ``ε``
-    standard normal) with Gaussian ``G_v (latent_dim, 2·d_v)``,
-    ``M_v (2·d_v, d_v)`` (scaled by fan-in) and ``γ = nonlinearity`` (small ``γ`` ≈ linear).
-    Returns ``views`` (a list of ``(n, d_v)`` tensors), ``labels (n,)`` (int64) and
-    ``latent (n, latent_dim)``, with ``n = n_per_class · n_classes`` and rows grouped by class.
-    """
-    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2)
-    n_classes = check_positive_int(n_classes, "n_classes")
-    latent_dim = check_positive_int(latent_dim, "latent_dim")
-    subspace_dim = check_positive_int(subspace_dim, "subspace_dim", maximum=latent_dim)
-    noise = check_positive_float(noise, "noise", allow_zero=True)
-    gamma = check_positive_float(nonlinearity, "nonlinearity")
-    if isinstance(view_dims, (int, str)) or len(view_dims) == 0:
-        raise ValueError("view_dims must be a non-empty sequence of view dimensions")
-    view_dims = [check_positive_int(d, "view_dims") for d in view_dims]
-    dtype = dtype or torch.get_default_dtype()
-    g = torch.Generator().manual_seed(int(seed))
-    labels = torch.arange(n_classes).repeat_interleave(n_per_class)
-    bases = torch.stack([_orthonormal(latent_dim, subspace_dim, g, dtype) for _ in range(n_classes)])
-    c = torch.randn(labels.shape[0], subspace_dim, generator=g, dtype=dtype)
-    c = c / c.norm(dim=1, keepdim=True)
-    latent = torch.einsum("nab,nb->na", bases[labels], c)
-    views = []
-    for v, d in enumerate(view_dims):
-        act = _ACTIVATIONS[v % len(_ACTIVATIONS)]
-        G = torch.randn(latent_dim, 2 * d, generator=g, dtype=dtype)
-        M = torch.randn(2 * d, d, generator=g, dtype=dtype) / math.sqrt(2 * d)
-        xv = act(gamma * latent @ G) @ M / gamma
-        xv = xv + noise * xv.std() * torch.randn(xv.shape, generator=g, dtype=dtype)
-        views.append(xv)
-    return views, labels, latent
-
-
-def _orientation_histograms(images: torch.Tensor, n_bins: int = 9, cell: int = 4) -> torch.Tensor:
-    """HOG-like features: per ``cell × cell`` block, a histogram of unsigned gradient orientations
-    weighted by gradient magnitude, each cell's histogram L2-normalized. ``(n, h, w)`` → ``(n, cells·n_bins)``."""
-    gy, gx = torch.gradient(images, dim=(1, 2))
-    mag = torch.sqrt(gx**2 + gy**2)
-    ang = torch.remainder(torch.atan2(gy, gx), math.pi)  # unsigned, [0, π)
-    bins = torch.clamp((ang / math.pi * n_bins).long(), max=n_bins - 1)
-    n, h, w = images.shape
-    cy = torch.arange(h) // cell
-    cx = torch.arange(w) // cell
-    ncx = (w + cell - 1) // cell
-    cell_id = (cy[:, None] * ncx + cx[None, :]).expand(n, h, w)
-    n_cells = ((h + cell - 1) // cell) * ncx
-    idx = (cell_id * n_bins + bins).reshape(n, -1)
-    hist = torch.zeros(n, n_cells * n_bins, dtype=images.dtype).scatter_add_(1, idx, mag.reshape(n, -1))
-    hist = hist.reshape(n, n_cells, n_bins)
-    hist = hist / hist.norm(dim=2, keepdim=True).clamp(min=1e-12)
-    return hist.reshape(n, -1)
-
-
-def _balanced_subset(target: torch.Tensor, n_per_class: int, seed: int) -> torch.Tensor:
-    """Indices of ``n_per_class`` random members of each of the ten classes (seeded)."""
-    g = torch.Generator().manual_seed(int(seed))
-    keep = []
-    for k in range(10):  # ten classes, not data points
-        members = torch.nonzero(target == k).flatten()
-        keep.append(members[torch.randperm(members.numel(), generator=g)[:n_per_class]])
-    return torch.cat(keep)
-
-
-def make_digits_views(n_per_class: int = 40, seed: int = 0, dtype: Optional[torch.dtype] = None):
-    """Two views of scikit-learn's handwritten digits (offline): raw pixels and gradient histograms.
-
-    Draws ``n_per_class`` images of each digit (``n = 10·n_per_class``, rows grouped by class).
-    View 0: the 64 pixel intensities scaled to [0, 1]; view 1: 16 cells (2 × 2 pixels) × 6
-    unsigned orientation bins of the image gradient, each cell L2-normalized (HOG-like, 96 features). Returns
-    ``views`` (list of two ``(n, d_v)`` tensors) and ``labels (n,)``.
-    """
-    from sklearn.datasets import load_digits
-
-    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=174)
-    dtype = dtype or torch.get_default_dtype()
-    data = load_digits()
-    images = torch.as_tensor(data.images, dtype=dtype) / 16.0
-    target = torch.as_tensor(data.target)
-    keep = _balanced_subset(target, n_per_class, seed)
-    images = images[keep]
-    views = [images.reshape(len(keep), -1), _orientation_histograms(images, n_bins=6, cell=2)]
-    return views, target[keep].long()
 
 
 def _check_views(views, name: str = "views", like: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
@@ -190,33 +99,6 @@ def standardize_views(views) -> List[torch.Tensor]:
         x = x - x.mean(0)
         out.append(x / x.pow(2).sum(1).mean().sqrt().clamp(min=torch.finfo(x.dtype).tiny))
     return out
-
-
-def make_fashion_views(n_per_class: int = 200, seed: int = 0, split: str = "test",
-                       dtype: Optional[torch.dtype] = None):
-    """Three heterogeneous views of Fashion-MNIST images (a local copy; never downloads).
-
-    Draws ``n_per_class`` images of each of the ten classes from ``split`` (rows grouped by
-    class; the draw depends on ``seed``). View 0: the 784 pixels scaled to [0, 1]; view 1:
-    HOG-like histograms (7 × 7 cells of 4 × 4 pixels, 9 unsigned orientation bins, 441
-    features); view 2: 256 random ReLU features of the 2 × 2-average-pooled image (a fixed
-    Gaussian map, seed 1234, the same for every draw). Returns ``views`` and ``labels (n,)``.
-    """
-    from .fashion_mnist import load_fashion_mnist
-
-    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=1000)
-    dtype = dtype or torch.get_default_dtype()
-    images, target = load_fashion_mnist(split)  # disk first; the checked download in Colab
-    images = torch.as_tensor(images).to(dtype) / 255.0
-    target = torch.as_tensor(target).long()
-    keep = _balanced_subset(target, n_per_class, seed)
-    im = images[keep]
-    n = len(keep)
-    pooled = nn.functional.avg_pool2d(im[:, None], 2).reshape(n, -1)
-    proj = torch.randn(196, 256, generator=torch.Generator().manual_seed(1234), dtype=dtype)
-    views = [im.reshape(n, -1), _orientation_histograms(im, n_bins=9, cell=4),
-             torch.relu(pooled @ proj / 14.0)]
-    return views, target[keep]
 
 
 def reduce_views(views, dim: int = 50) -> List[torch.Tensor]:
@@ -325,9 +207,7 @@ class SparseAttentionGraph(nn.Module):
                  graph: str = "entmax15", gate: bool = True, gate_strength: float = 4.0,
                  gate_hidden: int = 16, init_scale: float = 5.0):
         super().__init__()
-        if isinstance(view_dims, (int, str)) or len(view_dims) == 0:
-            raise ValueError("view_dims must be a non-empty sequence of view dimensions")
-        self.view_dims = [check_positive_int(d, "view_dims") for d in view_dims]
+        self.view_dims = check_positive_ints(view_dims, "view_dims")
         C = self.latent_dim = check_positive_int(latent_dim, "latent_dim")
         hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.graph_kind = check_choice(graph, "graph", GRAPHS)
