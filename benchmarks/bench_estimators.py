@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best_time, parser, write_section  # noqa: E402
+from _common import best_time, configure, parser, write_section  # noqa: E402
 
 import localbook as lb  # noqa: E402
 
@@ -171,19 +171,16 @@ def main():
     if args.device != "cpu":
         print("bench_estimators: CPU section only (the estimators return NumPy arrays)")
         return
-    torch.set_num_threads(args.threads)
-    from threadpoolctl import threadpool_limits
-
+    configure(args)
     warnings.filterwarnings("ignore", category=FutureWarning)
     small = args.quick
     rows = []
-    with threadpool_limits(args.threads):
-        smoothers(300 if small else 2000, rows)
-        loo_bandwidth(40 if small else 100, rows)
-        local_mode(300 if small else 2000, rows)
-        quantile(500 if small else 2000, 200 if small else 1000, rows)
-        bilateral(64 if small else 256, 3, rows)
-        mlkr(300 if small else 2000, 10, 3, rows)
+    smoothers(300 if small else 2000, rows)
+    loo_bandwidth(40 if small else 100, rows)
+    local_mode(300 if small else 2000, rows)
+    quantile(500 if small else 2000, 200 if small else 1000, rows)
+    bilateral(64 if small else 256, 3, rows)
+    mlkr(300 if small else 2000, 10, 3, rows)
     write_section(
         "estimators", "cpu", "Estimators, local decisions and learned metrics vs their references",
         ["case", "reference (s)", "localbook (s)", "speed-up", "agreement"], rows,
