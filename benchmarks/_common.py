@@ -85,8 +85,6 @@ def peak_rss_delta(code: str) -> float:
 
 
 def write_section(name: str, device: str, title: str, header: list[str], rows: list[list], notes: str = ""):
-    RESULTS.mkdir(exist_ok=True)
-    suffix = "-cuda" if device == "cuda" else ""
     lines = [f"## {title} ({device})", "", f"Machine: {machine(device)}. Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
@@ -94,10 +92,56 @@ def write_section(name: str, device: str, title: str, header: list[str], rows: l
         lines.append("| " + " | ".join(str(c) for c in r) + " |")
     if notes:
         lines += ["", notes]
-    path = RESULTS / f"{name}{suffix}.md"
-    path.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return write_text_section(name, device, "\n".join(lines) + "\n")
+
+
+def write_text_section(name: str, device: str, text: str) -> Path:
+    """Write one script's section to ``results/<name>[-cuda].md`` and rebuild ``RESULTS.md`` from
+    all sections (``run_all.assemble``), so one script's run updates its part of the file."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}{'-cuda' if device == 'cuda' else ''}.md"
+    path.write_text(text.rstrip("\n") + "\n")
+    print(text)
+    from run_all import assemble
+
+    assemble()
     return path
+
+
+def exp_throughput(n_values: float = 4e8, device: str = "cpu", repeat: int = 3) -> float:
+    """The exp roofline: ``torch.exp`` evaluations per second on float64 values, measured now.
+
+    ``torch.exp(src, out=dst)`` over a reused cache-sized tile (``localbook.kernels.CPU_TILE_BYTES``
+    per thread on the CPU, 256 MiB on a GPU) of values in [−20, 0], repeated until ``n_values``
+    are done; best of ``repeat`` after a warm-up (:func:`best_time`). A kernel sum over ``m × n``
+    pairs taking ``t`` seconds runs at the fraction ``m·n / t / exp_throughput()`` of it: no
+    implementation that calls exp once per pair, in a separate pass, can exceed 1.
+    """
+    from localbook.kernels import CPU_TILE_BYTES, MEMORY_BUDGET
+
+    size = (CPU_TILE_BYTES * torch.get_num_threads() if device == "cpu" else MEMORY_BUDGET) // 8
+    g = torch.Generator().manual_seed(0)
+    src = (-20.0 * torch.rand(size, generator=g, dtype=torch.float64)).to(device)
+    dst = torch.empty_like(src)
+    reps = max(1, int(n_values // size))
+
+    def run():
+        for _ in range(reps):
+            torch.exp(src, out=dst)
+
+    return reps * size / best_time(run, device, repeat=repeat)
+
+
+def roofline(pairs: float, seconds: float, exp_rate: float) -> str:
+    """``pairs / seconds`` as a percentage of the exp roofline, e.g. ``'47 %'``."""
+    return f"{100 * pairs / seconds / exp_rate:.0f} %"
+
+
+def target_line(name: str, value: float, goal: float, unit: str = "×", at_most: bool = False) -> str:
+    """``'name: measured 31.2× (target ≥ 30×, met)'``; ``at_most`` for upper bounds."""
+    met = value <= goal if at_most else value >= goal
+    sign = "≤" if at_most else "≥"
+    return f"{name}: measured {value:.2f}{unit} (target {sign} {goal:g}{unit}, {'met' if met else 'NOT met'})"
 
 
 def configure(args) -> int:

@@ -30,7 +30,10 @@ from ._validate import (
     check_positive_int,
     check_query,
 )
-from .kernels import KERNELS, Kernel, _knn, chunk_rows, get_kernel, iter_chunks, local_average, scaled_sq_dist
+from .kernels import (
+    KERNELS, Kernel, _first_seen, _knn, _row_keys, _unique_rows, chunk_rows, get_kernel, iter_chunks,
+    local_average, scaled_sq_dist,
+)
 
 __all__ = [
     "log_kernel_constant",
@@ -187,37 +190,26 @@ def _check_bool(value, name: str) -> bool:
 
 
 def _local_step(q: torch.Tensor, x: torch.Tensor, h: torch.Tensor, kern: Kernel):
-    """Self-local mean ``(s, d)`` and ``log Σ K`` ``(s,)`` at the points ``q``; empty → NaN, -inf."""
-    if kern.name == "uniform":
-        # flat kernel: a count and a sum over the ball, no exponentials
-        # |a - b|² ≤ 1  ⇔  2 a·b − |b|² ≥ |a|² − 1 (centred, scaled): one fused matrix product
-        center = x.mean(0)
-        b = (x - center) / h
-        b2 = (b * b).sum(1)
-        b_aug = torch.cat([2.0 * b, -b2[:, None]], dim=1)  # (n, d + 1)
-        x1 = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)  # sums and the count in one product
-        rows = chunk_rows(q.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
-        sums = torch.empty(q.shape[0], x.shape[1] + 1, dtype=x.dtype, device=x.device)
-        for sl in iter_chunks(q.shape[0], rows):
-            a = (q[sl] - center) / h
-            a_aug = torch.cat([a, torch.ones_like(a[:, :1])], dim=1)
-            inside = (a_aug @ b_aug.T) >= ((a * a).sum(1) - 1.0)[:, None]
-            sums[sl] = inside.to(x.dtype) @ x1
-        count = sums[:, -1]
-        return sums[:, :-1] / count[:, None], torch.log(count)
+    """Self-local mean ``(s, d)`` and ``log Σ K`` ``(s,)`` at the points ``q``; empty → NaN, -inf.
+
+    Compact kernels (the flat one of scikit-learn's ``MeanShift`` among them) go through the cell
+    list of :func:`localbook.kernels.local_average` in low dimension: each seed sees only the
+    points in the cells next to its own."""
     return local_average(q, x, x, h, kern, warn_empty=False)
 
 
 def _bin_seeds(x: torch.Tensor, h: torch.Tensor, min_bin_freq: int) -> torch.Tensor:
     """scikit-learn's ``get_bin_seeds``: grid cells of side ``h`` holding ≥ ``min_bin_freq`` points."""
     bins = torch.round(x / h)
-    uniq, inverse, counts = torch.unique(bins, dim=0, return_inverse=True, return_counts=True)
-    order = torch.arange(x.shape[0], device=x.device)
-    first = torch.full((uniq.shape[0],), x.shape[0], dtype=order.dtype, device=x.device)
-    first = first.scatter_reduce(0, inverse, order, reduce="amin")
-    keep = counts >= min_bin_freq
-    uniq, first = uniq[keep], first[keep]
-    uniq = uniq[torch.argsort(first)]  # first-seen order, as a Python dict keeps it
+    _, first, inverse = _first_seen(_row_keys(bins))
+    if not torch.equal(bins[first][inverse], bins):  # a hash collision: the exact row-wise unique
+        uniq, inverse = torch.unique(bins, dim=0, return_inverse=True)
+        order = torch.arange(x.shape[0], device=x.device)
+        first = torch.full((uniq.shape[0],), x.shape[0], dtype=order.dtype, device=x.device)
+        first = first.scatter_reduce(0, inverse, order, reduce="amin")
+    counts = torch.bincount(inverse, minlength=first.numel())
+    first = first[counts >= min_bin_freq]
+    uniq = bins[torch.sort(first).values]  # first-seen order, as a Python dict keeps it
     if uniq.shape[0] == x.shape[0]:
         warnings.warn(f"Binning data failed with bin size {h.tolist()}; using the data points as seeds", UserWarning,
                       stacklevel=3)
@@ -320,7 +312,7 @@ def mean_shift(
             break
         n_iter = t
         # seeds at the same position share their whole future path: compute it once
-        uniq, inverse = torch.unique(pos[idx], dim=0, return_inverse=True)
+        uniq, inverse = _unique_rows(pos[idx])
         mean, ls = _local_step(uniq, x, h, kern)
         mean, ls = mean[inverse], ls[inverse]
         empty = torch.isneginf(ls)

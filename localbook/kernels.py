@@ -22,6 +22,7 @@ its nearest neighbours' values instead of ``0/0``.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Tuple
@@ -36,6 +37,10 @@ __all__ = ["Kernel", "KERNELS", "get_kernel", "kernel_profile", "kernel_matrix",
 MEMORY_BUDGET = 256 * 2**20
 #: On the CPU smaller chunks stay in cache: 16 MiB ran 4× faster than 256 MiB (n = 20,000).
 CPU_MEMORY_BUDGET = 16 * 2**20
+#: One tile of the fused kernel sum per CPU thread: L2-sized, so that the four passes over it
+#: (distance product, clamp, exp, weighted sum) stay in cache (1 MiB tiles ran about 1.5× faster
+#: than the 4 MiB chunks of the 16 MiB budget at n = m = 20,000).
+CPU_TILE_BYTES = 2**20
 
 
 def default_budget(device) -> int:
@@ -163,9 +168,244 @@ def iter_chunks(m: int, rows: int) -> Iterator[slice]:
         yield slice(start, min(start + rows, m))
 
 
+def tile_shape(m: int, n: int, itemsize: int = 8, budget: Optional[int] = None, device="cpu",
+               depth: int = 4) -> Tuple[int, int]:
+    """``(rows, cols)`` of one tile of the fused kernel sum (:func:`local_average`).
+
+    The one place the tile is chosen. On the CPU with the default budget a tile holds
+    :data:`CPU_TILE_BYTES` per torch thread. For a short distance product (``depth = d + 2 ≤
+    16``: the passes over the tile dominate) whole data rows when at least 64 of them fit, else
+    64 query rows × a block of the data (the sums then run over column blocks); for a long one
+    (matrix products dominate) 256 query rows × a block, so each block of the data is read
+    from memory once for many queries. Elsewhere, or with an explicit ``budget``, a tile is
+    :func:`chunk_rows` whole rows.
+    """
+    if budget is None and torch.device(device).type == "cpu":
+        elems = max(1, CPU_TILE_BYTES * max(1, torch.get_num_threads()) // itemsize)
+        if depth > 16:
+            rows = min(m, 256)
+            return rows, max(1, min(n, elems // rows))
+        if 64 * n <= elems:
+            return max(1, min(m, elems // n)), n
+        return min(m, 64), max(1, min(n, elems // 64))
+    return chunk_rows(m, n, 1, itemsize, budget, device), n
+
+
 def log_weights(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, kern: Kernel, center: torch.Tensor) -> torch.Tensor:
     """``log K(xq[a], x[i])`` for one chunk of queries, ``(rows, n)``."""
     return kern.log_profile(scaled_sq_dist(xq, x, h, center))
+
+
+def _exp_floor(dtype: torch.dtype) -> float:
+    """Arguments below this give subnormal ``exp`` values, which ``exp`` computes 10–70× slower."""
+    return math.log(torch.finfo(dtype).tiny) + 1.0
+
+
+def _block_max(t: torch.Tensor, size: int) -> list:
+    """The maximum of each consecutive block of ``size`` entries of the 1-D ``t`` (Python floats)."""
+    pad = (-t.numel()) % size
+    return torch.nn.functional.pad(t, (0, pad), value=-math.inf).view(-1, size).amax(1).tolist()
+
+
+#: Compact profiles evaluated in place from ``u²`` (values in ``[0, 1]``: no shift, no exp).
+_DIRECT = {
+    "uniform": lambda u2: u2.le_(1.0),
+    "epanechnikov": lambda u2: u2.neg_().add_(1.0).clamp_(min=0.0),
+    "biweight": lambda u2: u2.neg_().add_(1.0).clamp_(min=0.0).square_(),
+}
+
+
+def _accumulate(acc, e, v1, vT, values, c: slice, k: int) -> None:
+    """``acc += e @ [v, 1]`` for one tile of weights ``e`` and the data block ``c``."""
+    if v1 is not None:
+        acc += torch.mm(e, v1[c])
+        return
+    if k == 1:
+        acc[:, 0] += torch.mv(e, vT[0, c])
+    elif k:
+        acc[:, :k] += torch.mm(e, values[c])
+    acc[:, k] += e.sum(1)
+
+
+def _tiled_sums(aq: torch.Tensor, bb: torch.Tensor, values: Optional[torch.Tensor], kern: Kernel,
+                tile: Tuple[int, int], online: bool, norms: Tuple[torch.Tensor, torch.Tensor]):
+    r"""``S[a] = Σᵢ exp(log K(a, i) − s_a) [vᵢ, 1]`` over cache-sized tiles, and the shifts ``s``.
+
+    ``aq (m, d+2)`` and ``bb (n, d+2)`` are the augmented sides of the distance product (for the
+    Gaussian ``bb`` is pre-multiplied by −1/2, so the product *is* ``log K``). Each tile is one
+    ``mm`` into a reused buffer, an in-place ``exp_`` and the weighted sums (matrix-vector
+    products for one value column, a matrix product with ``[v, 1]`` for a few, a product and a
+    row sum for many), accumulated over column blocks (in float64 for lower precisions).
+    Shift-free (``online=False``): every profile has ``log K ≤ 0``, so ``s = 0`` cannot overflow;
+    arguments are floored where ``exp`` turns subnormal, which overestimates a row's sum by at
+    most ``n·exp(floor)`` (the caller redoes rows whose sum is not far above that); a tile in
+    which ``|a| + |b|`` (``norms``) cannot reach the floor skips that clamp. ``online=True``: the
+    running row maximum is the shift and partial sums are rescaled when it grows (online
+    softmax), exact for any row.
+    """
+    m, n = aq.shape[0], bb.shape[0]
+    rows, cols = tile
+    dt, dev = aq.dtype, aq.device
+    k = 0 if values is None else values.shape[1]
+    wide = dt != torch.float64 and cols < n and dev.type in ("cpu", "cuda")
+    sums = torch.zeros(m, k + 1, dtype=torch.float64 if wide else dt, device=dev)
+    # a few value columns: [v, 1] in one product; one: matrix-vector products (faster than a
+    # product with two columns); many: no (n, k + 1) copy, the weight sum apart
+    v1 = torch.cat([values, torch.ones_like(values[:, :1])], 1) if 2 <= k < 16 else None
+    vT = values.T.contiguous() if k == 1 else None
+    bT = bb.T.contiguous() if bb.shape[1] <= 16 else bb.T  # a contiguous small side: faster mm
+    gauss, lap = kern.name == "gaussian", kern.name == "laplacian"
+    direct = _DIRECT.get(kern.name) if kern is KERNELS.get(kern.name) else None
+    floor = _exp_floor(dt)
+
+    def lowest(u):  # the smallest log K at |a − b| ≤ u
+        return -0.5 * u * u if gauss else (-u if lap else -math.inf)
+
+    if lowest(float(norms[0].max()) + float(norms[1].max())) >= floor:
+        reach = [[0.0] * len(range(0, n, cols))] * len(range(0, m, rows))
+    else:
+        reach = [[lowest(qa + xb) for xb in _block_max(norms[1], cols)] for qa in _block_max(norms[0], rows)]
+    run_max = torch.full((m,), -math.inf, dtype=dt, device=dev)
+    buf = torch.empty(min(rows, m) * min(cols, n), dtype=dt, device=dev)
+    for i, r in enumerate(iter_chunks(m, rows)):
+        R = r.stop - r.start
+        acc = sums[r]
+        for j, c in enumerate(iter_chunks(n, cols)):
+            lw = buf[: R * (c.stop - c.start)].view(R, -1)
+            torch.mm(aq[r], bT[:, c], out=lw)
+            if direct is not None:  # weights in [0, 1] straight from u²: no shift, no exp
+                _accumulate(acc, direct(lw), v1, vT, values, c, k)
+                continue
+            if lap:
+                lw.clamp_(min=0.0).sqrt_().neg_()
+            elif not gauss:
+                lw = kern.log_profile(lw.clamp_(min=0.0))
+            if online:
+                old = run_max[r].clone()
+                new = torch.maximum(old, lw.amax(1))
+                shift = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
+                grow = torch.where(torch.isfinite(old), old - shift, torch.full_like(old, -math.inf))
+                acc.mul_(torch.exp(grow)[:, None])
+                run_max[r] = new
+                lw.sub_(shift[:, None])
+            if not kern.compact and reach[i][j] < floor:
+                lw.clamp_(min=floor)  # no subnormal exp (10–70× slower)
+            _accumulate(acc, lw.exp_(), v1, vT, values, c, k)
+    shift = torch.where(torch.isfinite(run_max), run_max, torch.zeros_like(run_max)) if online \
+        else torch.zeros_like(run_max)
+    return sums, shift
+
+
+#: Cell lists for compact kernels are used up to this dimension (3^d neighbouring cells) ...
+GRID_MAX_DIM = 3
+#: ... when the candidate pairs are at most 1/32 of all pairs: a gathered pair costs about 30
+#: times a pair of the dense tiles (measured: 103 seeds × 10,000 points, 2-D, 1 thread).
+GRID_MIN_SPAN = 32
+
+
+def _grid_sums(xq: torch.Tensor, x: torch.Tensor, values: Optional[torch.Tensor], h: torch.Tensor,
+               kern: Kernel, center: torch.Tensor, budget: Optional[int] = None, force: bool = False):
+    r"""``[Σᵢ K vᵢ, Σᵢ K]`` for a compact kernel from a cell list, or ``None`` when brute force is
+    cheaper.
+
+    Cells are cubes of side one bandwidth (scaled coordinates), so every point within the
+    support ``u ≤ 1`` of a query lies in the ``3^d`` cells around the query's cell; with the
+    cells numbered row-major and the points sorted by cell, those cells form ``3^(d−1)``
+    contiguous runs (three cells along the last axis), found by ``searchsorted``. Only these
+    candidate pairs are evaluated (distances as differences, not a product), in query chunks
+    whose pairs fit the memory budget. ``None`` (brute force is cheaper) when the candidates
+    exceed ``m·n / GRID_MIN_SPAN`` (unless ``force``), or the grid's cell numbers would
+    overflow int64.
+    """
+    m, d = xq.shape
+    n = x.shape[0]
+    if d > GRID_MAX_DIM:
+        return None
+    xs, qs = (x - center) / h, (xq - center) / h
+    cx = torch.floor(xs).long()
+    lo, hi = cx.amin(0) - 1, cx.amax(0) + 1  # one empty border cell on each side
+    ext = (hi - lo + 1).tolist()
+    cells = math.prod(float(e) for e in ext)
+    if cells > 2.0**62 or (not force and cells < GRID_MIN_SPAN * 3**d):
+        return None  # int64 cell numbers overflow / the neighbouring cells hold much of the data
+    stride = [1] * d
+    for j in range(d - 2, -1, -1):
+        stride[j] = stride[j + 1] * ext[j + 1]
+    st = torch.tensor(stride, device=x.device)
+    key = ((cx - lo) * st).sum(1)
+    ks, order = torch.sort(key)
+    cq = torch.floor(qs.clamp(min=-2.0**62, max=2.0**62)).long()
+    valid = ((cq >= lo) & (cq <= hi)).all(1)  # a query farther out has no point within reach
+    cq = torch.minimum(torch.maximum(cq, lo), hi)
+    offsets = torch.cartesian_prod(*[torch.tensor([-1, 0, 1], device=x.device)] * (d - 1)) if d > 1 else None
+    last_lo = torch.clamp(cq[:, -1] - 1, min=int(lo[-1])) - lo[-1]
+    last_hi = torch.clamp(cq[:, -1] + 1, max=int(hi[-1])) - lo[-1]
+    if d > 1:
+        base = torch.minimum(torch.maximum(cq[:, None, :-1] + offsets.reshape(-1, d - 1)[None], lo[:-1]), hi[:-1])
+        row_key = ((base - lo[:-1]) * st[:-1]).sum(2)  # (m, 3^(d-1))
+    else:
+        row_key = torch.zeros(m, 1, dtype=torch.long, device=x.device)
+    start = torch.searchsorted(ks, row_key + last_lo[:, None], right=False)
+    count = torch.searchsorted(ks, row_key + last_hi[:, None], right=True) - start
+    count[~valid] = 0
+    per_query = count.sum(1)
+    total = int(per_query.sum())
+    if not force and total * GRID_MIN_SPAN > m * n:
+        return None
+    k = 0 if values is None else values.shape[1]
+    v1 = torch.ones(n, 1, dtype=x.dtype, device=x.device) if values is None else \
+        torch.cat([values, torch.ones_like(values[:, :1])], 1)
+    xs_o, v1_o = xs[order], v1[order]
+    sums = torch.zeros(m, k + 1, dtype=x.dtype, device=x.device)
+    cap = max(1, default_budget(x.device) if budget is None else budget) // (8 * (2 * d + k + 8))
+    bounds = torch.cumsum(per_query, 0).tolist()
+    first, done = 0, 0
+    while first < m:  # query chunks of at most `cap` candidate pairs (at least one query)
+        last = max(first + 1, bisect.bisect_right(bounds, done + cap, lo=first))
+        cnt = count[first:last].reshape(-1)
+        seg = torch.repeat_interleave(torch.arange(cnt.numel(), device=x.device), cnt)
+        ofs = torch.arange(seg.numel(), device=x.device) - (torch.cumsum(cnt, 0) - cnt)[seg]
+        pidx = start[first:last].reshape(-1)[seg] + ofs
+        qid = seg // count.shape[1]
+        diff = xs_o[pidx] - qs[first:last][qid]
+        u2 = (diff * diff).sum(1)
+        w = kern(u2)
+        sums[first:last].index_add_(0, qid, v1_o[pidx] * w[:, None])
+        done = bounds[last - 1]
+        first = last
+    return sums
+
+
+def _fused_average(xq, x, values, h, kern: Kernel, center, budget):
+    """The non-differentiable local average: a cell list for compact kernels where it pays,
+    else :func:`_tiled_sums`, shift-free (rows whose sum is not safely above the floor are redone
+    with the online shift) except for float32 and lower with ``d > 14``, which go online."""
+    m, n = xq.shape[0], x.shape[0]
+    if kern.compact:  # a cell list when the kernel's support covers few of the pairs
+        sums = _grid_sums(xq, x, values, h, kern, center, budget)
+        if sums is not None:
+            s = sums[:, -1]
+            return (None if values is None else sums[:, :-1] / s[:, None]), torch.log(s)
+    bb = _augment_data(x, h, center)
+    aq = _augment_query(xq, h, center)
+    norms = (aq[:, -2].sqrt(), bb[:, -1].sqrt())
+    if kern.name == "gaussian":
+        bb = bb.mul_(-0.5)
+    tile = tile_shape(m, n, x.element_size(), budget, x.device, aq.shape[1])
+    # shift-free unless the floor is near (float32: 12 bandwidths) and the tiles' extra passes
+    # of the online shift are cheap next to long distance products
+    online = x.dtype != torch.float64 and aq.shape[1] > 16
+    sums, shift = _tiled_sums(aq, bb, values, kern, tile, online, norms)
+    if not online and not kern.compact:  # compact kernels are never floored: exact as they are
+        # floored terms add at most n·exp(floor) each row: keep rows 2/eps times above that
+        redo = sums[:, -1] < n * math.exp(_exp_floor(x.dtype)) * 2.0 / torch.finfo(x.dtype).eps
+        idx = torch.nonzero(redo)[:, 0]
+        if idx.numel():
+            sums[idx], shift[idx] = _tiled_sums(aq[idx], bb, values, kern, tile, True, (norms[0][idx], norms[1]))
+    s = sums[:, -1]
+    log_sum = (shift + torch.log(s)).to(x.dtype)
+    mean = None if values is None else (sums[:, :-1] / s[:, None]).to(x.dtype)
+    return mean, log_sum
 
 
 def local_average(
@@ -183,55 +423,18 @@ def local_average(
     Inputs are validated tensors (``xq (m, d)``, ``x (n, d)``, ``values (n, k)`` or ``None``,
     ``h (d,)``). Returns ``(mean (m, k) or None, log_sum (m,))``. Queries with an empty
     neighbourhood (compact kernel, no point within the bandwidth) get NaN means and
-    ``log_sum = -inf``, with one ``UserWarning`` giving their number.
+    ``log_sum = -inf``, with one ``UserWarning`` giving their number. Without autograd the work
+    runs in cache-sized tiles (:func:`tile_shape`, :func:`_tiled_sums`); with it, in row chunks
+    of the autograd graph (weights relative to each row's largest).
     """
     kern = get_kernel(kernel)
-    m, n = xq.shape[0], x.shape[0]
-    k = 0 if values is None else values.shape[1]
+    m = xq.shape[0]
     center = data_center(x)
-    rows = chunk_rows(m, n, 1, x.element_size(), budget, x.device)
-    floor = math.log(torch.finfo(x.dtype).tiny) + 1.0
-    log_sum = torch.empty(m, dtype=x.dtype, device=x.device)
-    mean = None if values is None else torch.empty(m, k, dtype=x.dtype, device=x.device)
     tensors = (xq, x, h) if values is None else (xq, x, h, values)
-    # in-place exp saves a pass over memory, but autograd needs the out-of-place graph
-    differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    bb = _augment_data(x, h, center)  # once, not per chunk: (n, d + 2)
-    if not differentiable:
-        # one reused (rows, n) buffer: a fresh large tensor per chunk costs page faults; for the
-        # Gaussian the factor −1/2 is folded into the product, which then yields log K directly
-        gauss = kern.name == "gaussian"
-        bbT = ((-0.5 if gauss else 1.0) * bb).T.contiguous()
-        buf = torch.empty(min(rows, m), n, dtype=x.dtype, device=x.device)
-    for sl in iter_chunks(m, rows):
-        if differentiable:
-            lw = kern.log_profile(_sq_dist_augmented(xq[sl], bb, h, center))
-        else:
-            lw = buf[: sl.stop - sl.start]
-            torch.mm(_augment_query(xq[sl], h, center), bbT, out=lw)
-            if gauss:
-                lw.clamp_(max=0.0)
-            elif kern.name == "laplacian":
-                lw.clamp_(min=0.0).sqrt_().neg_()
-            else:
-                lw = kern.log_profile(lw.clamp_(min=0.0))
-        top = lw.amax(dim=1, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        if differentiable:
-            lw = lw - top
-            e = torch.exp(lw if kern.compact else lw.clamp(min=floor))
-        else:
-            lw.sub_(top)
-            if not kern.compact:
-                # relative weights below the smallest normal float are < 1e-37 of the largest and
-                # do not change any sum; flooring them avoids exp's slow denormal path (10×)
-                lw.clamp_(min=floor)
-            # weights relative to the row's largest: exp in place, one pass (no separate logsumexp)
-            e = lw.exp_()
-        s = e.sum(dim=1)
-        log_sum[sl] = top[:, 0] + torch.log(s)  # an empty row has s = 0, log_sum = -inf
-        if values is not None:
-            mean[sl] = (e @ values) / s[:, None]
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        mean, log_sum = _fused_average(xq, x, values, h, kern, center, budget)
+    else:
+        mean, log_sum = _graph_average(xq, x, values, h, kern, center, budget)
     empty = torch.isneginf(log_sum)
     n_empty = int(empty.sum())
     if n_empty:
@@ -240,6 +443,62 @@ def local_average(
         if warn_empty:
             warn_empty_kernel(n_empty, m, kern.name, stacklevel=3)
     return mean, log_sum
+
+
+def _graph_average(xq, x, values, h, kern: Kernel, center, budget):
+    """The differentiable local average: out-of-place row chunks, shifted by each row's maximum."""
+    m, n = xq.shape[0], x.shape[0]
+    rows = chunk_rows(m, n, 1, x.element_size(), budget, x.device)
+    floor = _exp_floor(x.dtype)
+    bb = _augment_data(x, h, center)
+    log_sum, means = [], []
+    for sl in iter_chunks(m, rows):
+        lw = kern.log_profile(_sq_dist_augmented(xq[sl], bb, h, center))
+        top = lw.amax(dim=1, keepdim=True).detach()
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        lw = lw - top
+        e = torch.exp(lw if kern.compact else lw.clamp(min=floor))
+        s = e.sum(dim=1)
+        log_sum.append(top[:, 0] + torch.log(s))  # an empty row has s = 0, log_sum = -inf
+        if values is not None:
+            means.append((e @ values) / s[:, None])
+    return (torch.cat(means) if values is not None else None), torch.cat(log_sum)
+
+
+# --- distinct rows through a 1-D sort (mean shift's seeds and bins) ---------------------------
+def _mix(b: torch.Tensor) -> torch.Tensor:
+    """A 64-bit integer mixer (xor-shift, multiply; wraps around)."""
+    b = b ^ (b >> 31)
+    b = b * -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
+    return b ^ (b >> 29)
+
+
+def _row_keys(t: torch.Tensor) -> torch.Tensor:
+    """One int64 hash per row of ``t`` from the bits of its entries (equal rows, equal keys)."""
+    bits = (t + 0.0).contiguous().view(torch.int64 if t.element_size() == 8 else torch.int32).long()
+    key = _mix(bits[:, 0])  # + 0.0 above: −0 and 0 get one key
+    for j in range(1, t.shape[1]):
+        key = _mix(key * 1_000_003 + _mix(bits[:, j]))
+    return key
+
+
+def _unique_rows(t: torch.Tensor):
+    """``torch.unique(t, dim=0, return_inverse=True)`` up to the order of the rows, through a
+    1-D sort of a per-row key (the row-wise unique sorts rows lexicographically: 10× slower);
+    falls back to it when two different rows share a key."""
+    _, first_of, inverse = _first_seen(_row_keys(t))
+    uniq = t[first_of]
+    if not torch.equal(uniq[inverse], t):
+        return torch.unique(t, dim=0, return_inverse=True)
+    return uniq, inverse
+
+
+def _first_seen(key: torch.Tensor):
+    """Distinct keys ``(u,)``, the first row holding each, and each row's group ``(n,)``."""
+    uniq, inverse = torch.unique(key, return_inverse=True)
+    order = torch.arange(key.numel(), device=key.device)
+    first = torch.full((uniq.numel(),), key.numel(), dtype=order.dtype, device=key.device)
+    return uniq, first.scatter_reduce(0, inverse, order, reduce="amin"), inverse
 
 
 def warn_empty_kernel(n_empty: int, m: int, kernel_name: str, *, stacklevel: int = 2) -> None:

@@ -1,6 +1,7 @@
 """Tests for localbook.density: KDE vs scikit-learn, the closed-form score and Hessian vs autograd,
 mean shift vs scikit-learn's MeanShift, properties of the mode seekers, and bad inputs."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -438,3 +439,32 @@ def test_mean_shift_max_iter_allows_one_more_step(max_iter):
     sk = MeanShift(bandwidth=1.2, seeds=x[:4].numpy(), max_iter=max_iter, cluster_all=True).fit(x.numpy())
     ours = lb.mean_shift(x, 1.2, kernel="uniform", seeds=x[:4], max_iter=max_iter)
     np.testing.assert_allclose(ours.modes.numpy(), sk.cluster_centers_, atol=1e-12)
+
+
+# --- fast row-wise unique and bin seeds (issue 18) ----------------------------------------------
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 4), st.floats(0.2, 3.0))
+def test_unique_rows_and_bin_seeds_equal_the_row_wise_unique(seed, d, h):
+    from localbook.density import _bin_seeds, _unique_rows
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(300, d, generator=g, dtype=torch.float64)
+    x = torch.cat([x, x[:50], -0.0 * x[:3], 0.0 * x[:3]])  # repeated rows, −0 and 0
+    uniq, inverse = _unique_rows(x)
+    assert torch.equal(uniq[inverse], x) and uniq.shape[0] == torch.unique(x, dim=0).shape[0]
+    hh = torch.full((d,), h, dtype=torch.float64)
+    for freq in (1, 3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            got = _bin_seeds(x, hh, freq)
+        # the reference: scikit-learn's dict of rounded points, in first-seen order
+        counts = {}
+        for row in torch.round(x / hh).tolist():
+            key = tuple(v + 0.0 for v in row)
+            counts[key] = counts.get(key, 0) + 1
+        keep = [k for k, c in counts.items() if c >= freq]
+        if len(keep) == x.shape[0]:
+            assert torch.equal(got, x)
+        else:
+            ref = (torch.tensor(keep, dtype=torch.float32).reshape(-1, d) * hh.float()).double()
+            assert torch.equal(got, ref)

@@ -1,5 +1,6 @@
 """localbook.kernels: conventions, log forms, the chunked engine, validation helpers."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -183,3 +184,102 @@ def test_one_empty_neighbourhood_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         V.warn_empty(0, 7, "have no neighbour")  # nothing to say
+
+
+# --- the tiled kernel sums (issue 18): column blocks, shift-free rows, cell lists ------------
+def _dense_reference(q, x, v, h, name):
+    """Σ K v / Σ K and log Σ K entry by entry in float64 (differences, logsumexp)."""
+    u2 = (((q[:, None, :] - x[None, :, :]) / h) ** 2).sum(-1).double()
+    lw = lb.get_kernel(name).log_profile(u2)
+    lse = torch.logsumexp(lw, 1)
+    w = torch.exp(lw - lse[:, None])
+    return (w @ v.double()) if v is not None else None, lse
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from(list(PROFILES)), st.sampled_from([0, 1, 3, 20]),
+       st.sampled_from([1, 2, 3, 20]), st.sampled_from([torch.float64, torch.float32]))
+def test_tiled_sums_equal_the_dense_sum(seed, name, k, d, dtype):
+    """Shift-free tiles (float64; float32 with d ≤ 14), online-shifted ones (float32, d = 20) and
+    the rows redone online agree with the dense float64 sum; column blocks accumulate."""
+    import localbook.kernels as kern
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(300, d, generator=g, dtype=torch.float64)
+    q = torch.cat([torch.randn(40, d, generator=g, dtype=torch.float64), x[:5] + 1e-3])
+    h = (0.2 + torch.rand(d, generator=g, dtype=torch.float64)) * (1 if d < 20 else 3)
+    v = torch.randn(300, k, generator=g, dtype=torch.float64) if k else None
+    ref_mean, ref_lse = _dense_reference(q, x, v, h, name)
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        mp.setattr(kern, "CPU_TILE_BYTES", 8 * 7 * 64)  # 64 queries × 7 points: many column blocks
+        mp.setattr(kern, "GRID_MIN_SPAN", 10**9)  # compact kernels on the dense tiles here
+        warnings.simplefilter("ignore", UserWarning)
+        vv = None if v is None else v.to(dtype)
+        mean, lse = local_average(q.to(dtype), x.to(dtype), vv, h.to(dtype), name)
+    tol = 1e-10 if dtype == torch.float64 else 2e-4
+    ok = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), ok)  # the same empty neighbourhoods
+    torch.testing.assert_close(lse[ok].double(), ref_lse[ok], rtol=tol, atol=tol)
+    if v is not None:
+        torch.testing.assert_close(mean[ok].double(), ref_mean[ok], rtol=tol, atol=tol * (1 + float(v.abs().max())))
+
+
+def test_shift_free_rows_far_from_the_data_are_redone_exactly():
+    x = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64)
+    v = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    # 0.5 (400/0.1)² far below the exp floor: shift-free sums would be floored garbage
+    q = torch.tensor([[0.5], [400.0], [-400.0]], dtype=torch.float64)
+    mean, lse = local_average(q, x, v, torch.tensor([0.1], dtype=torch.float64), "gaussian")
+    ref_mean, ref_lse = _dense_reference(q, x, v, torch.tensor([0.1], dtype=torch.float64), "gaussian")
+    torch.testing.assert_close(lse, ref_lse, rtol=1e-13, atol=0)
+    torch.testing.assert_close(mean, ref_mean, rtol=1e-13, atol=0)
+    assert float(mean[1, 0]) == 3.0 and float(mean[2, 0]) == 1.0  # the nearest point's value
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from(["uniform", "epanechnikov", "biweight", "tricube"]),
+       st.integers(1, 3), st.floats(0.05, 2.0))
+def test_grid_sums_equal_the_brute_force_sums(seed, name, d, bw):
+    from localbook.kernels import _grid_sums, data_center, get_kernel
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(400, d, generator=g, dtype=torch.float64) * torch.tensor([1.0, 3.0, 0.5][:d], dtype=torch.float64)
+    q = torch.cat([3 * torch.randn(60, d, generator=g, dtype=torch.float64), x[:10], x[:3] + 50.0])
+    v = torch.randn(400, 2, generator=g, dtype=torch.float64)
+    h = torch.full((d,), bw, dtype=torch.float64)
+    sums = _grid_sums(q, x, v, h, get_kernel(name), data_center(x), budget=8 * 600, force=True)  # many chunks
+    w = torch.exp(get_kernel(name).log_profile((((q[:, None] - x[None]) / h) ** 2).sum(-1)))
+    torch.testing.assert_close(sums, torch.cat([w @ v, w.sum(1, keepdim=True)], 1), rtol=1e-12, atol=1e-12)
+    assert bool((sums[-3:] == 0).all())  # queries beyond the grid's border cells see nothing
+
+
+def test_local_average_takes_the_grid_when_the_support_is_small(monkeypatch):
+    import localbook.kernels as kern
+
+    g = torch.Generator().manual_seed(5)
+    x = 10 * torch.rand(3000, 2, generator=g, dtype=torch.float64)
+    q = 10 * torch.rand(200, 2, generator=g, dtype=torch.float64)
+    h = torch.tensor([0.2, 0.3], dtype=torch.float64)
+    used = []
+    grid = kern._grid_sums
+    monkeypatch.setattr(kern, "_grid_sums", lambda *a, **kw: used.append(grid(*a, **kw)) or used[-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        mean, lse = local_average(q, x, x, h, "epanechnikov")
+    assert used and used[0] is not None  # the cell list ran
+    ref_mean, ref_lse = _dense_reference(q, x, x, h, "epanechnikov")
+    ok = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), ok)
+    torch.testing.assert_close(lse[ok], ref_lse[ok], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(mean[ok], ref_mean[ok], rtol=1e-12, atol=1e-12)
+
+
+def test_tile_shape_rules():
+    from localbook.kernels import CPU_TILE_BYTES, tile_shape
+
+    elems = CPU_TILE_BYTES * torch.get_num_threads() // 8
+    assert tile_shape(10**6, 100, 8) == (elems // 100, 100)  # whole data rows
+    assert tile_shape(10**6, 10**6, 8) == (64, elems // 64)  # 64 queries × a block of the data
+    assert tile_shape(10**6, 10**6, 8, depth=786) == (256, elems // 256)  # long products
+    assert tile_shape(5, 10**6, 8) == (5, elems // 64)
+    assert tile_shape(10**6, 1000, 8, budget=4 * 1000 * 8 * 3) == (3, 1000)  # an explicit budget: rows
