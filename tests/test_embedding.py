@@ -304,3 +304,220 @@ def test_bad_inputs():
         lb.triplet_loss(y, [[0, 1, 2]], weights=[1.0, 2.0])
     with pytest.raises(ValueError, match="n_points"):
         lb.ordinal_embedding([[0, 1, 2]], n_points=2)
+
+
+# --- fast paths: ARPACK LLE, closed-form triplet gradients, shared seeds ---------------------------
+def test_lle_arpack_matches_dense():
+    from scipy.linalg import subspace_angles
+
+    X = _swiss(400, seed=4)
+    Yd, err_d = lb.locally_linear_embedding(X, 2, n_neighbors=12, eigen_solver="dense", return_error=True)
+    Ya, err_a = lb.locally_linear_embedding(X, 2, n_neighbors=12, eigen_solver="arpack", return_error=True)
+    assert Ya.shape == (400, 2) and Ya.dtype == Yd.dtype
+    # shift-invert ARPACK with tol=0 converges to working precision; the eigenvectors are
+    # accurate to rounding divided by the gap to the next eigenvalue
+    assert np.max(subspace_angles(Yd.numpy(), Ya.numpy())) < 1e-6
+    assert err_a == pytest.approx(err_d, rel=1e-8, abs=1e-12)
+    # "auto" is dense up to 2000 points
+    torch.testing.assert_close(lb.locally_linear_embedding(X, 2, n_neighbors=12), Yd)
+
+
+def test_lle_arpack_matches_sklearn_arpack():
+    from scipy.linalg import subspace_angles
+    from sklearn.manifold import LocallyLinearEmbedding
+
+    X = _swiss(600, seed=5)
+    Y = lb.locally_linear_embedding(X, 2, n_neighbors=10, eigen_solver="arpack")
+    Ys = LocallyLinearEmbedding(n_neighbors=10, n_components=2, eigen_solver="arpack",
+                                random_state=0).fit_transform(X)
+    assert np.max(subspace_angles(Y.numpy(), Ys)) < 1e-5
+
+
+def _autograd_grad(Y, trip, w, kind):
+    Yr = Y.clone().requires_grad_(True)
+    loss = lb.triplet_loss(Yr, trip, weights=w, kind=kind)
+    (g,) = torch.autograd.grad(loss, Yr)
+    return loss.detach(), g
+
+
+@pytest.mark.parametrize("kind", ["trimap", "ste", "hinge"])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_closed_form_triplet_gradient_matches_autograd(kind, p):
+    from localbook.embedding import _TripletGrad
+
+    g = torch.Generator().manual_seed(7 + p)
+    Y = torch.randn(40, p, generator=g)
+    trip = torch.randint(0, 40, (600, 3), generator=g)
+    trip = trip[(trip[:, 0] != trip[:, 1]) & (trip[:, 0] != trip[:, 2]) & (trip[:, 1] != trip[:, 2])]
+    w = torch.rand(len(trip), generator=g)
+    loss, grad = _autograd_grad(Y, trip, w, kind)
+    tg = _TripletGrad(trip, w, kind, p)
+    for _ in range(2):  # the buffers are reused: a second call gives the same answer
+        grad2, loss2 = tg(Y.T.contiguous(), with_loss=True)
+        # sums of len(trip) terms of size up to max|w|·max|y|: rounding of that order
+        tol = 10 * len(trip) * torch.finfo(Y.dtype).eps * float(w.max() * (1 + Y.abs().max()))
+        torch.testing.assert_close(grad2.T, grad, rtol=0, atol=tol)
+        torch.testing.assert_close(loss2, loss, rtol=0, atol=tol)
+    torch.testing.assert_close(tg(Y.T.contiguous()).T, grad, rtol=0, atol=tol)
+
+
+def test_fit_triplets_follows_adam_on_the_autograd_gradient():
+    from localbook.embedding import _fit_triplets
+
+    g = torch.Generator().manual_seed(11)
+    Y0 = 0.1 * torch.randn(30, 2, generator=g)
+    trip = torch.randint(0, 30, (300, 3), generator=g)
+    trip = trip[(trip[:, 0] != trip[:, 1]) & (trip[:, 0] != trip[:, 2]) & (trip[:, 1] != trip[:, 2])]
+    w = torch.rand(len(trip), generator=g)
+    Y = Y0.clone().requires_grad_(True)
+    opt = torch.optim.Adam([Y], lr=0.05)
+    for _ in range(20):
+        opt.zero_grad()
+        lb.triplet_loss(Y, trip, weights=w / w.sum(), kind="trimap").backward()
+        opt.step()
+    torch.testing.assert_close(_fit_triplets(Y0, trip, w, 20, 0.05, "trimap"), Y.detach(),
+                               rtol=0, atol=1e-10)
+
+
+def test_triplet_embedding_seed_list_shares_the_neighbour_search():
+    X = torch.as_tensor(_swiss(150, seed=6))
+    Ys = lb.triplet_embedding(X, n_iter=30, seed=[0, 1])
+    assert isinstance(Ys, list) and len(Ys) == 2
+    torch.testing.assert_close(Ys[0], lb.triplet_embedding(X, n_iter=30, seed=0), rtol=0, atol=0)
+    torch.testing.assert_close(Ys[1], lb.triplet_embedding(X, n_iter=30, seed=1), rtol=0, atol=0)
+    assert not torch.equal(Ys[0], Ys[1])
+    with pytest.raises(ValueError, match="seed"):
+        lb.triplet_embedding(X, seed=[])
+    with pytest.raises(ValueError, match="seed"):
+        lb.triplet_embedding(X, seed=-1)
+    with pytest.raises(TypeError, match="seed"):
+        lb.trimap_triplets(X, seed=0.5)
+
+
+def test_trimap_weights_against_brute_force():
+    # the chunked distances and the weights, recomputed from the full distance matrix
+    g = torch.Generator().manual_seed(12)
+    X = torch.randn(120, 7, generator=g)
+    n_in, n_out, n_rand, gamma = 6, 4, 2, 500.0
+    trip, w = lb.trimap_triplets(X, n_inliers=n_in, n_outliers=n_out, n_random=n_rand, gamma=gamma, seed=3)
+    D2 = torch.cdist(X, X) ** 2
+    D2.fill_diagonal_(float("inf"))
+    sigma = D2.sort(1).values[:, 3:6].sqrt().mean(1)  # mean distance to the 4th-6th neighbours
+    i, j, k = trip.T
+    logr = -D2[i, j] / (sigma[i] * sigma[j]) + D2[i, k] / (sigma[i] * sigma[k])
+    assert bool((logr >= 0).all())  # j is the closer one, in the scaled similarity
+    # the neighbour triplets come first, anchors ascending; the random block starts again at 0
+    drops = torch.nonzero(i[1:] < i[:-1]).flatten()
+    assert len(drops) == 1 and len(trip) - int(drops[0]) - 1 <= X.shape[0] * n_rand
+    is_rand = torch.arange(len(trip)) > drops[0]
+    scale = torch.where(is_rand, 0.1, 1.0)
+    expect = scale * torch.log1p(gamma * (torch.exp(logr - logr.max()) + 1e-4))
+    torch.testing.assert_close(w, expect, rtol=1e-10, atol=1e-12)
+    # the floor: every neighbour triplet weighs at least log(1 + gamma 1e-4)
+    assert float(w[~is_rand].min()) >= np.log1p(gamma * 1e-4) * (1 - 1e-12)
+    # the neighbour triplets pair each point with one of its n_inliers nearest neighbours
+    nn = D2.topk(n_in, largest=False).indices
+    assert bool((nn[i[~is_rand]] == j[~is_rand, None]).any(1).all())
+
+
+def test_knn_self_excludes_the_point_even_with_duplicates():
+    from localbook.embedding import _knn_self
+
+    X = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [3.0, 0.0], [0.0, 0.0]])
+    _, idx = _knn_self(X, 2)
+    assert not bool((idx == torch.arange(5)[:, None]).any())
+    assert set(idx[0].tolist()) == {1, 4}
+
+
+# --- trustworthiness ---------------------------------------------------------------------------------
+def _trust_brute(X, Y, k):
+    """Trustworthiness with ties ranked in random order, in expectation: for an embedding
+    neighbour j of i with L data distances below d(i, j) and T equal to it (j included), the
+    penalty is the mean of max(0, r - k) over the ranks r = L + 1 .. L + T. Plain numpy, exact
+    for integer data."""
+    n = len(X)
+    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1).astype(float)
+    np.fill_diagonal(D, np.inf)
+    E = ((Y[:, None, :] - Y[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(E, np.inf)
+    total = 0.0
+    for i in range(n):
+        for j in np.argsort(E[i], kind="stable")[:k]:
+            L, T = int((D[i] < D[i, j]).sum()), int((D[i] == D[i, j]).sum())
+            total += np.mean([max(0, r - k) for r in range(L + 1, L + T + 1)])
+    return 1 - 2 * total / (n * k * (2 * n - 3 * k - 1))
+
+
+def test_trustworthiness_equals_sklearn_without_ties():
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import trustworthiness
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 12)) @ rng.normal(size=(12, 12))
+    Ys = [PCA(2).fit_transform(X), rng.normal(size=(300, 2)), X[:, :3], PCA(5).fit_transform(X)]
+    for k in [1, 5, 12, 40]:
+        ours = lb.trustworthiness(X, Ys, n_neighbors=k)  # many maps: the sorting path
+        single = [lb.trustworthiness(X, Y, n_neighbors=k) for Y in Ys]  # the counting path
+        sk = [trustworthiness(X, Y, n_neighbors=k) for Y in Ys]
+        # the penalty is a sum of integers: the two agree up to the rounding of the scaling
+        np.testing.assert_allclose(ours, sk, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(single, sk, rtol=0, atol=1e-14)
+    assert lb.trustworthiness(X, X[:, :12], n_neighbors=5) == pytest.approx(1.0, abs=1e-15)
+    # float32 data: the same up to the order of distances equal to about 7 digits
+    t32 = lb.trustworthiness(torch.as_tensor(X, dtype=torch.float32), Ys[0], n_neighbors=5)
+    assert t32 == pytest.approx(trustworthiness(X, Ys[0], n_neighbors=5), abs=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(12, 40), st.integers(1, 5), st.integers(1, 4))
+def test_property_trustworthiness_ties_in_expectation(seed, n, k, levels):
+    # integer data with few levels: many exact ties, against a brute-force oracle of the rule
+    from sklearn.manifold import trustworthiness
+
+    if not k < n / 2:
+        return
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, levels + 1, size=(n, 3)).astype(float)
+    Y = rng.normal(size=(n, 2))
+    ours = lb.trustworthiness(X, Y, n_neighbors=k)
+    assert ours == pytest.approx(_trust_brute(X, Y, k), abs=1e-12)
+    assert lb.trustworthiness(X, [Y, Y], n_neighbors=k) == pytest.approx([ours, ours], abs=1e-12)
+    # scikit-learn's value is one order of the ties; the mean over orders lies within the range
+    # of the extreme orders: every tie ranked first or every tie ranked last
+    lo = 1 - 2 * _penalty_extreme(X, Y, k, last=True) / (n * k * (2 * n - 3 * k - 1))
+    hi = 1 - 2 * _penalty_extreme(X, Y, k, last=False) / (n * k * (2 * n - 3 * k - 1))
+    assert lo - 1e-12 <= ours <= hi + 1e-12
+    assert lo - 1e-12 <= trustworthiness(X, Y, n_neighbors=k) <= hi + 1e-12
+
+
+def _penalty_extreme(X, Y, k, last):
+    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(D, np.inf)
+    E = ((Y[:, None, :] - Y[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(E, np.inf)
+    total = 0
+    for i in range(len(X)):
+        for j in np.argsort(E[i], kind="stable")[:k]:
+            r = int((D[i] <= D[i, j]).sum()) if last else int((D[i] < D[i, j]).sum()) + 1
+            total += max(0, r - k)
+    return total
+
+
+def test_trustworthiness_device_and_bad_inputs(device):
+    X = torch.as_tensor(_swiss(60), device=device)
+    Y = X[:, :2]
+    assert 0 < lb.trustworthiness(X, Y, n_neighbors=5) <= 1
+    with pytest.raises(ValueError, match="n_neighbors"):
+        lb.trustworthiness(X, Y, n_neighbors=30)
+    with pytest.raises(TypeError, match="n_neighbors"):
+        lb.trustworthiness(X, Y, n_neighbors=2.0)
+    with pytest.raises(ValueError, match="y"):
+        lb.trustworthiness(X, Y[:50])
+    with pytest.raises(ValueError, match=r"y\[1\]"):
+        lb.trustworthiness(X, [Y, Y[:50]])
+    with pytest.raises(ValueError, match="y"):
+        lb.trustworthiness(X, [])
+    with pytest.raises(ValueError, match="x"):
+        lb.trustworthiness(np.full((10, 2), np.nan), np.zeros((10, 2)))
+    with pytest.raises(ValueError, match="eigen_solver"):
+        lb.locally_linear_embedding(X.cpu(), eigen_solver="lobpcg")
