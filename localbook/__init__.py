@@ -20,12 +20,14 @@ from . import check  # noqa: F401  (self-checks for the exercises: lb.check.ch01
 from .notebook import glue  # noqa: F401  (run-dependent numbers in the prose)
 from .density import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
+from .token_graph import *  # noqa: F401,F403
 from .language import *  # noqa: F401,F403
 from .memorization import *  # noqa: F401,F403
 from .features import *  # noqa: F401,F403
 from .entmax import *  # noqa: F401,F403
 from .entmax_losses import *  # noqa: F401,F403
 from .embedding import *  # noqa: F401,F403
+from .triplets import *  # noqa: F401,F403
 from .fashion_mnist import *  # noqa: F401,F403
 from .metrics import *  # noqa: F401,F403
 from .sagl import *  # noqa: F401,F403

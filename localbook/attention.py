@@ -53,8 +53,6 @@ __all__ = [
     "local_mean_attention",
     "LocalMeanAttention",
     "LocalTransformer",
-    "AttentionGraph",
-    "attention_graph",
 ]
 
 WEIGHTS = ("softmax", "sparsemax", "entmax15", "entmax_bisect")
@@ -549,5 +547,5 @@ class LocalTransformer(nn.Module):
         return out
 
 
-# the token graph of chapter 7 lives in its own module; re-exported here and at the top level
-from .token_graph import AttentionGraph, attention_graph  # noqa: E402
+# the token graph of chapter 7 lives in its own module; its old path still works
+from .token_graph import AttentionGraph, attention_graph  # noqa: E402,F401

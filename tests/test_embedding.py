@@ -343,7 +343,7 @@ def _autograd_grad(Y, trip, w, kind):
 @pytest.mark.parametrize("kind", ["trimap", "ste", "hinge"])
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_closed_form_triplet_gradient_matches_autograd(kind, p):
-    from localbook.embedding import _TripletGrad
+    from localbook.triplets import _TripletGrad
 
     g = torch.Generator().manual_seed(7 + p)
     Y = torch.randn(40, p, generator=g)
@@ -362,7 +362,7 @@ def test_closed_form_triplet_gradient_matches_autograd(kind, p):
 
 
 def test_fit_triplets_follows_adam_on_the_autograd_gradient():
-    from localbook.embedding import _fit_triplets
+    from localbook.triplets import _fit_triplets
 
     g = torch.Generator().manual_seed(11)
     Y0 = 0.1 * torch.randn(30, 2, generator=g)
