@@ -64,6 +64,7 @@ book: $(STAMP) $(WEB_ASSETS) data
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 unit: $(STAMP) data
 	$(PY) -m pytest tests -m "not slow" -n $(JOBS) -q

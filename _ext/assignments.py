@@ -19,6 +19,7 @@ module adds only what nbgrader lacks:
 
 nbgrader is needed only here and in the tests (``requirements.txt``), not by ``localbook``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -77,7 +78,11 @@ def source_notebook(nb):
             if not cell.source.strip() and "nbgrader" not in cell.metadata:
                 continue
         cells.append(cell)
-    title = bool(cells) and cells[0].cell_type == "markdown" and cells[0].source.lstrip().startswith("#")
+    title = (
+        bool(cells)
+        and cells[0].cell_type == "markdown"
+        and cells[0].source.lstrip().startswith("#")
+    )
     if not any(c.get("id") == NOTE_ID for c in cells):
         note = nbformat.v4.new_markdown_cell(NOTE)
         note["id"] = NOTE_ID
@@ -97,13 +102,17 @@ def _generate(course: Path, name: str) -> Tuple[bool, str]:
     # a new gradebook is made by running ``alembic``, a script next to this Python
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])
     try:
-        result = NbGraderAPI(config=c).generate_assignment(name, force=True, create=True)
+        result = NbGraderAPI(config=c).generate_assignment(
+            name, force=True, create=True
+        )
     finally:
         os.environ["PATH"] = path
     return bool(result["success"]), result.get("log", "") + result.get("error", "")
 
 
-def build_course(book_dir, course_dir, chapters: Optional[Iterable[str]] = None) -> List[Path]:
+def build_course(
+    book_dir, course_dir, chapters: Optional[Iterable[str]] = None
+) -> List[Path]:
     """Write ``source/`` and the nbgrader ``release/`` of every chapter (or of the ``chapters``
     named by stem); returns the release notebooks' paths."""
     import nbformat
@@ -132,7 +141,10 @@ def build_course(book_dir, course_dir, chapters: Optional[Iterable[str]] = None)
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2:
-        print("usage: python _ext/assignments.py BOOK_DIR COURSE_DIR [CHAPTER ...]", file=sys.stderr)
+        print(
+            "usage: python _ext/assignments.py BOOK_DIR COURSE_DIR [CHAPTER ...]",
+            file=sys.stderr,
+        )
         return 2
     for p in build_course(argv[0], argv[1], argv[2:] or None):
         print(f"wrote {p}")

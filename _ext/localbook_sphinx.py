@@ -23,6 +23,7 @@
   cells call it (``lb.name``, ``localbook.name``, ``lb.module.name``), found by scanning
   ``book/NN_*.ipynb`` under the source folder at build time; only chapters that are part of the book are linked.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -42,6 +43,7 @@ def _package_dir() -> Path:
 
     return Path(localbook.__file__).resolve().parent
 
+
 # modules re-exported at the top level (documented as ``localbook.name``), then the namespaces
 CORE = ["kernels", "local_mean"]
 NAMESPACES = ["datasets", "plotting", "widgets", "estimators", "impute", "notebook"]
@@ -51,19 +53,32 @@ TOOLS: list = []  # book tooling modules of the package (none: assignments live 
 def chapter_modules():
     """Modules of the chapter block of localbook/__init__.py, in import order."""
     src = (_package_dir() / "__init__.py").read_text(encoding="utf-8")
-    return [m for m in re.findall(r"^from \.(\w+) import \*", src, flags=re.M) if m not in CORE]
+    return [
+        m
+        for m in re.findall(r"^from \.(\w+) import \*", src, flags=re.M)
+        if m not in CORE
+    ]
 
 
 def check_modules():
-    return sorted(p.stem for p in (_package_dir() / "check").glob("*.py")
-                  if not p.stem.startswith("_"))
+    return sorted(
+        p.stem
+        for p in (_package_dir() / "check").glob("*.py")
+        if not p.stem.startswith("_")
+    )
 
 
 def _entries():
     """(module path, namespace the names are documented under, heading)"""
-    out = [(f"localbook.{m}", "localbook", f"localbook.{m}") for m in CORE + chapter_modules()]
+    out = [
+        (f"localbook.{m}", "localbook", f"localbook.{m}")
+        for m in CORE + chapter_modules()
+    ]
     out += [(f"localbook.{m}", f"localbook.{m}", f"localbook.{m}") for m in NAMESPACES]
-    out += [(f"localbook.check.{m}", f"localbook.check.{m}", f"localbook.check.{m}") for m in check_modules()]
+    out += [
+        (f"localbook.check.{m}", f"localbook.check.{m}", f"localbook.check.{m}")
+        for m in check_modules()
+    ]
     out += [(f"localbook.{m}", f"localbook.{m}", f"localbook.{m}") for m in TOOLS]
     return out
 
@@ -73,24 +88,55 @@ def _rst(module, namespace, heading):
     names = [n for n in getattr(mod, "__all__", []) if not n.startswith("_")]
     # the module docstring is read in the namespace its names are documented under, so that its
     # references (:func:`name`) resolve to the entries below
-    lines = [heading, "-" * len(heading), "", f".. py:module:: {module}", "", f".. currentmodule:: {namespace}", ""]
+    lines = [
+        heading,
+        "-" * len(heading),
+        "",
+        f".. py:module:: {module}",
+        "",
+        f".. currentmodule:: {namespace}",
+        "",
+    ]
     lines += inspect.cleandoc(mod.__doc__ or "").splitlines() + [""]
-    documented = [n for n in names if inspect.isclass(getattr(mod, n)) or callable(getattr(mod, n))]
+    documented = [
+        n
+        for n in names
+        if inspect.isclass(getattr(mod, n)) or callable(getattr(mod, n))
+    ]
     if documented:
-        lines += [".. autosummary::", "   :nosignatures:", ""] + [f"   {n}" for n in documented] + [""]
+        lines += (
+            [".. autosummary::", "   :nosignatures:", ""]
+            + [f"   {n}" for n in documented]
+            + [""]
+        )
     for n in names:
         obj = getattr(mod, n)
         if inspect.isclass(obj):
             # only what localbook itself defines: scikit-learn attaches generated methods
             # (set_score_request, ...) whose docstrings point into scikit-learn's own docs
-            own = [m for m, v in vars(obj).items() if not m.startswith("_")
-                   and (callable(v) or isinstance(v, property))
-                   and getattr(getattr(v, "fget", v), "__module__", "").startswith("localbook")]
-            lines += [f".. autoclass:: {n}"] + ([f"   :members: {', '.join(own)}"] if own else []) + [""]
+            own = [
+                m
+                for m, v in vars(obj).items()
+                if not m.startswith("_")
+                and (callable(v) or isinstance(v, property))
+                and getattr(getattr(v, "fget", v), "__module__", "").startswith(
+                    "localbook"
+                )
+            ]
+            lines += (
+                [f".. autoclass:: {n}"]
+                + ([f"   :members: {', '.join(own)}"] if own else [])
+                + [""]
+            )
         elif callable(obj):
             lines += [f".. autofunction:: {n}", ""]
         else:
-            lines += [f".. py:data:: {n}", "", f"   A constant of ``{module}`` ({type(obj).__name__}); see the module's description above.", ""]
+            lines += [
+                f".. py:data:: {n}",
+                "",
+                f"   A constant of ``{module}`` ({type(obj).__name__}); see the module's description above.",
+                "",
+            ]
     return lines
 
 
@@ -103,7 +149,9 @@ class LocalbookAPI(SphinxDirective):
             lines += _rst(*entry) + [""]
         node = nodes.section()
         node.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(lines, source="localbook-api"), node)
+        nested_parse_with_titles(
+            self.state, StringList(lines, source="localbook-api"), node
+        )
         return node.children
 
 
@@ -116,7 +164,9 @@ def _chapter_sources(srcdir):
             cells = json.loads(nb.read_text(encoding="utf-8")).get("cells", [])
             _USES[f"book/{nb.stem}"] = "\n".join(
                 "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                for c in cells if c.get("cell_type") == "code")
+                for c in cells
+                if c.get("cell_type") == "code"
+            )
     return _USES
 
 
@@ -124,9 +174,20 @@ def add_used_in(app, what, name, obj, options, lines):
     if what not in ("function", "class") or "." not in name:
         return
     short = name.rsplit(".", 1)[1]
-    pattern = re.compile(r"\b(?:lb|localbook)\.(?:[A-Za-z_]\w*\.)*" + re.escape(short) + r"\b")
-    docs = [d for d, code in _chapter_sources(app.srcdir).items() if pattern.search(code) and d in app.env.found_docs]
-    lines += ["", "**Used in:** " + (", ".join(f":doc:`/{d}`" for d in docs) if docs else "no chapter yet."), ""]
+    pattern = re.compile(
+        r"\b(?:lb|localbook)\.(?:[A-Za-z_]\w*\.)*" + re.escape(short) + r"\b"
+    )
+    docs = [
+        d
+        for d, code in _chapter_sources(app.srcdir).items()
+        if pattern.search(code) and d in app.env.found_docs
+    ]
+    lines += [
+        "",
+        "**Used in:** "
+        + (", ".join(f":doc:`/{d}`" for d in docs) if docs else "no chapter yet."),
+        "",
+    ]
 
 
 _EXERCISE = re.compile(r"^(?:`{3,}|:{3,})\{exercise\}\s*(?P<title>.*)$")
@@ -141,7 +202,9 @@ def chapter_exercises(path: Path):
     else "theory"; ``check`` names the ``lb.check`` function an untagged cell calls on the answer.
     """
     cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
-    src = lambda c: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]  # noqa: E731
+    src = lambda c: (
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+    )  # noqa: E731
     title, out = path.stem, []
     for c in cells:
         text = src(c)
@@ -152,8 +215,22 @@ def chapter_exercises(path: Path):
             for i, line in enumerate(lines):
                 m = _EXERCISE.match(line.strip())
                 if m:
-                    label = next((lm.group("label") for lm in map(_LABEL.match, lines[i + 1 : i + 6]) if lm), None)
-                    out.append([label, m.group("title").strip() or _excerpt(lines[i + 1 :]), "theory", None])
+                    label = next(
+                        (
+                            lm.group("label")
+                            for lm in map(_LABEL.match, lines[i + 1 : i + 6])
+                            if lm
+                        ),
+                        None,
+                    )
+                    out.append(
+                        [
+                            label,
+                            m.group("title").strip() or _excerpt(lines[i + 1 :]),
+                            "theory",
+                            None,
+                        ]
+                    )
         elif out:
             tags = c.get("metadata", {}).get("tags", [])
             if "solution" in tags:
@@ -174,7 +251,11 @@ def _excerpt(lines, limit: int = 90) -> str:
         if not line.startswith(":"):
             body.append(line.strip())
     text = " ".join(t for t in body if t)
-    text = re.sub(r"\{([\w:-]+)\}`([^`]*)`", lambda m: f"\x00{m.group(1)}\x01{m.group(2)}\x02", text)  # MyST roles
+    text = re.sub(
+        r"\{([\w:-]+)\}`([^`]*)`",
+        lambda m: f"\x00{m.group(1)}\x01{m.group(2)}\x02",
+        text,
+    )  # MyST roles
     text = re.sub(r"\*\*|(?<!\\)\*", "", text)
     sentence = re.split(r"(?<=[.?!:])\s", text, maxsplit=1)[0]
     if len(sentence) > limit:
@@ -183,7 +264,11 @@ def _excerpt(lines, limit: int = 90) -> str:
             cut = cut[: cut.rfind("$")]
         sentence = cut.rsplit(" ", 1)[0] + " …"
     sentence = sentence.replace("`", "")
-    sentence = re.sub(r"\x00([\w:-]+)\x01([^\x02]*)\x02", lambda m: f":{m.group(1)}:`{m.group(2)}`", sentence)
+    sentence = re.sub(
+        r"\x00([\w:-]+)\x01([^\x02]*)\x02",
+        lambda m: f":{m.group(1)}:`{m.group(2)}`",
+        sentence,
+    )
     sentence = re.sub(r"\x00[^\x02]*$", "…", sentence)  # a role cut by the length limit
     parts = sentence.split("$")
     if len(parts) % 2 == 0:  # unbalanced: drop the math markers
@@ -199,7 +284,9 @@ def _excerpt(lines, limit: int = 90) -> str:
             after = "" if (not nxt or nxt.startswith(" ")) else "\\ "
             out += f"{before}:math:`{p.strip()}`{after}"
     out = out.strip()
-    if re.match(r"^(\(?[a-zA-Z0-9]{1,2}[.)]|[-*+] )", out):  # "(a) ..." would start an enumerated list
+    if re.match(
+        r"^(\(?[a-zA-Z0-9]{1,2}[.)]|[-*+] )", out
+    ):  # "(a) ..." would start an enumerated list
         out = "\\" + out
     return out or "Exercise"
 
@@ -221,18 +308,34 @@ class LocalbookExercises(SphinxDirective):
             if not exercises:
                 lines += ["   No exercises yet.", ""]
                 continue
-            lines += [".. list-table::", "   :header-rows: 1", "   :widths: 50 15 35", "",
-                      "   * - Exercise", "     - Kind", "     - Self-check"]
+            lines += [
+                ".. list-table::",
+                "   :header-rows: 1",
+                "   :widths: 50 15 35",
+                "",
+                "   * - Exercise",
+                "     - Kind",
+                "     - Self-check",
+            ]
             for label, etitle, kind, check in exercises:
                 ref = f"{etitle} (:ref:`{label}`)" if label else etitle
-                lines += [f"   * - {ref}", f"     - {kind}",
-                          f"     - ``lb.check.{check}``" if check else "     - —"]
+                lines += [
+                    f"   * - {ref}",
+                    f"     - {kind}",
+                    f"     - ``lb.check.{check}``" if check else "     - —",
+                ]
             n_code = sum(e[2] == "code" for e in exercises)
             n_checked = sum(bool(e[3]) for e in exercises)
-            lines += ["", f"{len(exercises)} exercises: {n_code} with code, {n_checked} graded by a self-check.", ""]
+            lines += [
+                "",
+                f"{len(exercises)} exercises: {n_code} with code, {n_checked} graded by a self-check.",
+                "",
+            ]
         node = nodes.section()
         node.document = self.state.document
-        nested_parse_with_titles(self.state, StringList(lines, source="localbook-exercises"), node)
+        nested_parse_with_titles(
+            self.state, StringList(lines, source="localbook-exercises"), node
+        )
         return node.children
 
 
@@ -253,8 +356,15 @@ def dedupe_scripts(app, pagename, templatename, context, doctree):
         return
     seen, kept = set(), []
     for js in scripts:
-        attrs = js.attributes if hasattr(type(js), "__slots__") or "attributes" in vars(js) else {}
-        key = (str(getattr(js, "filename", js) or ""), tuple(sorted((k, str(v)) for k, v in attrs.items())))
+        attrs = (
+            js.attributes
+            if hasattr(type(js), "__slots__") or "attributes" in vars(js)
+            else {}
+        )
+        key = (
+            str(getattr(js, "filename", js) or ""),
+            tuple(sorted((k, str(v)) for k, v in attrs.items())),
+        )
         if key in seen:
             continue
         seen.add(key)

@@ -25,6 +25,7 @@ are added; the one exception is a self-check call, which becomes ``assert lb.che
 
 The website hides the marker lines (``_ext/localbook_sphinx.py``), so pages render as before.
 """
+
 from __future__ import annotations
 
 import ast
@@ -42,7 +43,9 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 # nbgrader itself treats any line *containing* these words as a marker
 NBGRADER_MARKER = re.compile(r"(BEGIN|END) SOLUTION")
-SOLUTION_FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|:{3,})\s*\{solution\}\s*(?P<label>\S*)")
+SOLUTION_FENCE = re.compile(
+    r"^(?P<indent>\s*)(?P<fence>`{3,}|:{3,})\s*\{solution\}\s*(?P<label>\S*)"
+)
 EXERCISE_LABEL = re.compile(r"^\s*:label:\s*(?P<label>\S+)")
 CHECK_CALL = re.compile(r"(?:^|\.)check\.\w+\.\w+$")
 
@@ -56,21 +59,27 @@ def _tags(cell) -> List[str]:
 
 def is_check_call(stmt: ast.stmt) -> bool:
     """A statement ``<...>.check.<chapter>.<name>(...)`` (a self-check call, its value unused)."""
-    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-            and bool(CHECK_CALL.search(ast.unparse(stmt.value.func))))
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and bool(CHECK_CALL.search(ast.unparse(stmt.value.func)))
+    )
 
 
 def _docstring(node) -> Optional[ast.stmt]:
     first = node.body[0] if node.body else None
-    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)):
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
         return first
     return None
 
 
 def _header_end(lines: List[str], node) -> int:
     """1-based line of the ``:`` that ends the header of a ``def``/``class``."""
-    text = "\n".join(lines[node.lineno - 1:]) + "\n"
+    text = "\n".join(lines[node.lineno - 1 :]) + "\n"
     depth, seen = 0, False
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -99,7 +108,9 @@ def _body_region(lines: List[str], node) -> Optional[Region]:
         return None
     after = doc.end_lineno if doc is not None else _header_end(lines, node)
     first, last = body[0].lineno, max(s.end_lineno for s in body)
-    if first <= after:  # ``def f(x): return x`` or code on the docstring's line: not splittable
+    if (
+        first <= after
+    ):  # ``def f(x): return x`` or code on the docstring's line: not splittable
         raise ValueError("body shares a line with the header")
     indent = re.match(r"\s*", lines[first - 1]).group(0)
     return _extend(lines, first, last, indent, floor=after)
@@ -113,7 +124,9 @@ def _is_comment(line: str, indent: str) -> bool:
     return line.strip().startswith("#") and line.startswith(indent)
 
 
-def _extend(lines: List[str], first: int, last: int, indent: str, floor: int = 0) -> Region:
+def _extend(
+    lines: List[str], first: int, last: int, indent: str, floor: int = 0
+) -> Region:
     """Take in the comment lines right above a region, and those after it up to a dedent or
     the end of the cell (comments explain the solution)."""
     while first - 1 > floor and _is_comment(lines[first - 2], indent):
@@ -122,8 +135,10 @@ def _extend(lines: List[str], first: int, last: int, indent: str, floor: int = 0
     while j < len(lines) and (not lines[j].strip() or _is_comment(lines[j], indent)):
         j += 1
     if j == len(lines) or (indent and not lines[j].startswith(indent)):
-        while last < j and (_is_comment(lines[last], indent) or
-                            (not lines[last].strip() and any(l.strip() for l in lines[last:j]))):
+        while last < j and (
+            _is_comment(lines[last], indent)
+            or (not lines[last].strip() and any(l.strip() for l in lines[last:j]))
+        ):
             last += 1
     return (first, last, indent)
 
@@ -137,7 +152,9 @@ def _block_regions(lines: List[str], stmts, top: bool) -> List[Region]:
         if run:
             first = min(_start(s) for s in run)
             indent = re.match(r"\s*", lines[first - 1]).group(0)
-            regions.append(_extend(lines, first, max(s.end_lineno for s in run), indent))
+            regions.append(
+                _extend(lines, first, max(s.end_lineno for s in run), indent)
+            )
             run.clear()
 
     for i, stmt in enumerate(stmts):
@@ -154,11 +171,15 @@ def _block_regions(lines: List[str], stmts, top: bool) -> List[Region]:
             flush()
             doc = _docstring(stmt)
             inner = stmt.body[1:] if doc is not None else stmt.body
-            if inner and inner[0].lineno <= (doc.end_lineno if doc else _header_end(lines, stmt)):
+            if inner and inner[0].lineno <= (
+                doc.end_lineno if doc else _header_end(lines, stmt)
+            ):
                 run.append(stmt)
                 continue
             regions += _block_regions(lines, inner, top=False)
-        elif top and (isinstance(stmt, (ast.Import, ast.ImportFrom)) or is_check_call(stmt)):
+        elif top and (
+            isinstance(stmt, (ast.Import, ast.ImportFrom)) or is_check_call(stmt)
+        ):
             flush()
         else:
             run.append(stmt)
@@ -191,7 +212,7 @@ def wrap_code(source: str) -> str:
         return source
     for first, last, indent in sorted(regions, reverse=True):
         lines[last:last] = [indent + END]
-        lines[first - 1:first - 1] = [indent + BEGIN]
+        lines[first - 1 : first - 1] = [indent + BEGIN]
     return "\n".join(lines)
 
 
@@ -199,20 +220,30 @@ def assert_checks(source: str) -> str:
     """``lb.check.chNN.name(fn);`` → ``assert lb.check.chNN.name(fn)`` (top-level calls)."""
     tree = ast.parse(source)
     lines = source.split("\n")
-    for stmt in sorted((s for s in tree.body if is_check_call(s)), key=lambda s: -s.lineno):
+    for stmt in sorted(
+        (s for s in tree.body if is_check_call(s)), key=lambda s: -s.lineno
+    ):
         first, last = stmt.lineno - 1, stmt.end_lineno - 1
         end = lines[last].encode()  # ast's column offsets count UTF-8 bytes
-        rest = re.sub(r"^\s*;", "", end[stmt.end_col_offset:].decode())  # ";" hid True/False
-        lines[last] = end[:stmt.end_col_offset].decode() + ("  " + rest.strip() if rest.strip() else "")
+        rest = re.sub(
+            r"^\s*;", "", end[stmt.end_col_offset :].decode()
+        )  # ";" hid True/False
+        lines[last] = end[: stmt.end_col_offset].decode() + (
+            "  " + rest.strip() if rest.strip() else ""
+        )
         start = lines[first].encode()
-        lines[first] = (start[:stmt.col_offset] + b"assert " + start[stmt.col_offset:]).decode()
+        lines[first] = (
+            start[: stmt.col_offset] + b"assert " + start[stmt.col_offset :]
+        ).decode()
     return "\n".join(lines)
 
 
 # --- markdown cells --------------------------------------------------------------------------
 def _block_end(lines: List[str], i: int, fence: str) -> int:
     """Index of the line closing the fenced block opened at line ``i``."""
-    close = re.compile(r"^\s*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
+    close = re.compile(
+        r"^\s*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$"
+    )
     for j in range(i + 1, len(lines)):
         if close.match(lines[j]):
             return j
@@ -251,30 +282,44 @@ def wrap_markdown(source: str, keep_last: bool) -> Tuple[str, List[str]]:
     if keep_last and blocks:
         blocks = blocks[:-1]
     for first, last, _ in reversed(blocks):
-        lines[last + 1:last + 1] = [END]
+        lines[last + 1 : last + 1] = [END]
         lines[first:first] = [BEGIN]
     return "\n".join(lines), [b[2] for b in blocks]
 
 
 # --- the notebook ----------------------------------------------------------------------------
-def _meta(grade_id: str, *, solution: bool, grade: bool, locked: bool, points=None) -> Dict:
-    meta = {"grade": grade, "grade_id": grade_id, "locked": locked,
-            "schema_version": SCHEMA_VERSION, "solution": solution, "task": False}
+def _meta(
+    grade_id: str, *, solution: bool, grade: bool, locked: bool, points=None
+) -> Dict:
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": SCHEMA_VERSION,
+        "solution": solution,
+        "task": False,
+    }
     if grade:
         meta["points"] = points
     return meta
 
 
 def _is_self_check_cell(cell) -> bool:
-    if cell.get("cell_type") != "code" or "solution" in _tags(cell) or "remove-cell" in _tags(cell):
+    if (
+        cell.get("cell_type") != "code"
+        or "solution" in _tags(cell)
+        or "remove-cell" in _tags(cell)
+    ):
         return False
     try:
         tree = ast.parse(cell["source"])
     except SyntaxError:
         return False
-    return any(is_check_call(s) or (isinstance(s, ast.Assert)
-                                    and is_check_call(ast.Expr(value=s.test)))
-               for s in tree.body)
+    return any(
+        is_check_call(s)
+        or (isinstance(s, ast.Assert) and is_check_call(ast.Expr(value=s.test)))
+        for s in tree.body
+    )
 
 
 def _src(cell) -> str:
@@ -288,8 +333,11 @@ def convert_notebook(nb) -> int:
     cells = nb.cells
     for c in cells:
         c["source"] = _src(c)
-    used: Set[str] = {c.metadata["nbgrader"]["grade_id"] for c in cells
-                      if "nbgrader" in c.get("metadata", {}) and "grade_id" in c.metadata["nbgrader"]}
+    used: Set[str] = {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in cells
+        if "nbgrader" in c.get("metadata", {}) and "grade_id" in c.metadata["nbgrader"]
+    }
 
     def new_id(base: str) -> str:
         gid, k = base, 2
@@ -308,8 +356,11 @@ def convert_notebook(nb) -> int:
                     label = m.group("label")
         labels.append(label)
         if c.cell_type == "code" and "remove-cell" not in _tags(c):
-            if (last_code is not None and "solution" in _tags(cells[last_code])
-                    and _is_self_check_cell(c)):
+            if (
+                last_code is not None
+                and "solution" in _tags(cells[last_code])
+                and _is_self_check_cell(c)
+            ):
                 checks.add(i)
             last_code = i
     changed = 0
@@ -321,25 +372,39 @@ def convert_notebook(nb) -> int:
             if not any(MARKER.match(line) for line in c.source.split("\n")):
                 c.source = wrap_code(c.source)
             if any(MARKER.match(line) for line in c.source.split("\n")):
-                c.metadata["nbgrader"] = _meta(new_id(f"{base}-code"), solution=True,
-                                               grade=False, locked=False)
+                c.metadata["nbgrader"] = _meta(
+                    new_id(f"{base}-code"), solution=True, grade=False, locked=False
+                )
                 changed += 1
         elif i in checks:
             c.source = assert_checks(c.source)
-            c.metadata["nbgrader"] = _meta(new_id(f"{base}-check"), solution=False, grade=True,
-                                           locked=True, points=CHECK_POINTS)
+            c.metadata["nbgrader"] = _meta(
+                new_id(f"{base}-check"),
+                solution=False,
+                grade=True,
+                locked=True,
+                points=CHECK_POINTS,
+            )
             changed += 1
         elif c.cell_type == "markdown" and solution_blocks(c.source):
             # the last block belongs to the cell's last exercise: self-checked when a check
             # cell follows before the next exercise
-            nxt = next((j for j in range(i + 1, len(cells)) if cells[j].cell_type == "markdown"
-                        and "{exercise}" in cells[j].source), len(cells))
+            nxt = next(
+                (
+                    j
+                    for j in range(i + 1, len(cells))
+                    if cells[j].cell_type == "markdown"
+                    and "{exercise}" in cells[j].source
+                ),
+                len(cells),
+            )
             graded = any(j in checks for j in range(i + 1, nxt))
             c.source, wrapped = wrap_markdown(c.source, keep_last=graded)
             if wrapped or any(MARKER.match(line) for line in c.source.split("\n")):
                 gid = new_id(f"{wrapped[0] if wrapped and wrapped[0] else base}-answer")
-                c.metadata["nbgrader"] = _meta(gid, solution=True, grade=True, locked=False,
-                                               points=WRITTEN_POINTS)
+                c.metadata["nbgrader"] = _meta(
+                    gid, solution=True, grade=True, locked=False, points=WRITTEN_POINTS
+                )
                 changed += 1
     return changed
 
@@ -359,7 +424,9 @@ def convert_path(path) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        print("usage: python _ext/nbgrader_source.py NOTEBOOK.ipynb ...", file=sys.stderr)
+        print(
+            "usage: python _ext/nbgrader_source.py NOTEBOOK.ipynb ...", file=sys.stderr
+        )
         return 2
     for p in argv:
         n = convert_path(p)

@@ -1,4 +1,5 @@
 """Shared helpers for the benchmarks: timing, peak memory, machine description, result files."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1, like the single-threaded reference libraries)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1, like the single-threaded reference libraries)",
+    )
     return p
 
 
@@ -80,12 +85,26 @@ def peak_rss_delta(code: str) -> float:
         "run(state)\n"
         "print(json.dumps((_status('VmHWM:') - before) / 1024))\n"
     )
-    out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", prog], capture_output=True, text=True, check=True
+    )
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def write_section(name: str, device: str, title: str, header: list[str], rows: list[list], notes: str = ""):
-    lines = [f"## {title} ({device})", "", f"Machine: {machine(device)}. Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+def write_section(
+    name: str,
+    device: str,
+    title: str,
+    header: list[str],
+    rows: list[list],
+    notes: str = "",
+):
+    lines = [
+        f"## {title} ({device})",
+        "",
+        f"Machine: {machine(device)}. Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+    ]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
     for r in rows:
@@ -108,7 +127,9 @@ def write_text_section(name: str, device: str, text: str) -> Path:
     return path
 
 
-def exp_throughput(n_values: float = 4e8, device: str = "cpu", repeat: int = 3) -> float:
+def exp_throughput(
+    n_values: float = 4e8, device: str = "cpu", repeat: int = 3
+) -> float:
     """The exp roofline: ``torch.exp`` evaluations per second on float64 values, measured now.
 
     ``torch.exp(src, out=dst)`` over a reused cache-sized tile (``localbook.kernels.CPU_TILE_BYTES``
@@ -119,7 +140,9 @@ def exp_throughput(n_values: float = 4e8, device: str = "cpu", repeat: int = 3) 
     """
     from localbook.kernels import CPU_TILE_BYTES, MEMORY_BUDGET
 
-    size = (CPU_TILE_BYTES * torch.get_num_threads() if device == "cpu" else MEMORY_BUDGET) // 8
+    size = (
+        CPU_TILE_BYTES * torch.get_num_threads() if device == "cpu" else MEMORY_BUDGET
+    ) // 8
     g = torch.Generator().manual_seed(0)
     src = (-20.0 * torch.rand(size, generator=g, dtype=torch.float64)).to(device)
     dst = torch.empty_like(src)
@@ -137,7 +160,9 @@ def roofline(pairs: float, seconds: float, exp_rate: float) -> str:
     return f"{100 * pairs / seconds / exp_rate:.0f} %"
 
 
-def target_line(name: str, value: float, goal: float, unit: str = "×", at_most: bool = False) -> str:
+def target_line(
+    name: str, value: float, goal: float, unit: str = "×", at_most: bool = False
+) -> str:
     """``'name: measured 31.2× (target ≥ 30×, met)'``; ``at_most`` for upper bounds."""
     met = value <= goal if at_most else value >= goal
     sign = "≤" if at_most else "≥"
@@ -158,8 +183,9 @@ def configure(args) -> int:
     return n
 
 
-def time_interleaved(fns, device: str = "cpu", repeat: int = 5, warmup: int = 1,
-                     clock: str = "wall") -> list[float]:
+def time_interleaved(
+    fns, device: str = "cpu", repeat: int = 5, warmup: int = 1, clock: str = "wall"
+) -> list[float]:
     """Best time of each function in ``fns``, in seconds: warm-up calls, then ``repeat`` rounds
     that call every function once in turn (so load changes hit all sides alike), keeping each
     one's minimum — the same method as :func:`best_time`. ``clock="cpu"`` measures the process's

@@ -12,6 +12,7 @@
 Usage: ``python benchmarks/bench_attention.py [--device cpu|cuda] [--quick] [--threads T]``; writes
 ``benchmarks/results/attention[-cuda].md``.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,11 @@ GiB = 2**30
 
 def bench_speed(device, quick):
     rows = []
-    sizes = [(8, 8, 256, 64), (4, 8, 1024, 64)] if quick else [(8, 8, 128, 64), (8, 8, 512, 64), (4, 8, 1024, 64)]
+    sizes = (
+        [(8, 8, 256, 64), (4, 8, 1024, 64)]
+        if quick
+        else [(8, 8, 128, 64), (8, 8, 512, 64), (4, 8, 1024, 64)]
+    )
     for B, H, T, d in sizes:
         g = torch.Generator().manual_seed(T)
         q, k, v = (torch.randn(B, H, T, d, generator=g).to(device) for _ in range(3))
@@ -43,18 +48,40 @@ def bench_speed(device, quick):
                 ours = lb.local_mean_attention(q, k, v, causal=causal)
                 ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
-                repeats = (11 if quick else 31) if T <= 256 else (5 if quick else 9)  # many for the noisy small sizes
+                repeats = (
+                    (11 if quick else 31) if T <= 256 else (5 if quick else 9)
+                )  # many for the noisy small sizes
                 t_ours, t_fast, t_ref = time_interleaved(
-                    [lambda: lb.local_mean_attention(q, k, v, causal=causal),
-                     lambda: lb.local_mean_attention(q, k, v, causal=causal, check_values=False),
-                     lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)],
-                    device.type, repeats, warmup=2)
-            rows.append(dict(shape=f"{B}×{H}×{T}×{d}", causal=causal, ours_ms=1e3 * t_ours,
-                             fast_ms=1e3 * t_fast, sdpa_ms=1e3 * t_ref, ratio=t_ours / t_ref,
-                             fast_ratio=t_fast / t_ref))
-            print(f"softmax path {rows[-1]['shape']} causal={causal}: {t_ours * 1e3:.2f} ms "
-                  f"(unchecked {t_fast * 1e3:.2f}) vs SDPA {t_ref * 1e3:.2f} ms, ratios "
-                  f"{t_ours / t_ref:.2f} / {t_fast / t_ref:.2f}", flush=True)
+                    [
+                        lambda: lb.local_mean_attention(q, k, v, causal=causal),
+                        lambda: lb.local_mean_attention(
+                            q, k, v, causal=causal, check_values=False
+                        ),
+                        lambda: F.scaled_dot_product_attention(
+                            q, k, v, is_causal=causal
+                        ),
+                    ],
+                    device.type,
+                    repeats,
+                    warmup=2,
+                )
+            rows.append(
+                dict(
+                    shape=f"{B}×{H}×{T}×{d}",
+                    causal=causal,
+                    ours_ms=1e3 * t_ours,
+                    fast_ms=1e3 * t_fast,
+                    sdpa_ms=1e3 * t_ref,
+                    ratio=t_ours / t_ref,
+                    fast_ratio=t_fast / t_ref,
+                )
+            )
+            print(
+                f"softmax path {rows[-1]['shape']} causal={causal}: {t_ours * 1e3:.2f} ms "
+                f"(unchecked {t_fast * 1e3:.2f}) vs SDPA {t_ref * 1e3:.2f} ms, ratios "
+                f"{t_ours / t_ref:.2f} / {t_fast / t_ref:.2f}",
+                flush=True,
+            )
     return rows
 
 
@@ -91,14 +118,33 @@ print(json.dumps({"peak_bytes": peak, "base_bytes": base, "max_abs_diff": err}))
 
 def bench_memory(device, quick):
     T, d = (8192, 64) if quick else (16384, 64)
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(T), str(d), device.type, str(torch.get_num_threads())],
-                         capture_output=True, text=True, env=env, check=True)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _MEMORY_CHILD,
+            str(T),
+            str(d),
+            device.type,
+            str(torch.get_num_threads()),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     r = json.loads(res.stdout.strip().splitlines()[-1])
     naive = T * T * 4  # the float32 T × T weight matrix alone
     assert r["max_abs_diff"] < 1e-5, r
-    print(f"explicit path T={T}: peak {r['peak_bytes'] / GiB:.3f} GiB above baseline "
-          f"(naive T×T weights alone: {naive / GiB:.2f} GiB); max |diff| vs SDPA {r['max_abs_diff']:.1e}", flush=True)
+    print(
+        f"explicit path T={T}: peak {r['peak_bytes'] / GiB:.3f} GiB above baseline "
+        f"(naive T×T weights alone: {naive / GiB:.2f} GiB); max |diff| vs SDPA {r['max_abs_diff']:.1e}",
+        flush=True,
+    )
     return dict(T=T, d=d, peak=r["peak_bytes"], naive=naive, diff=r["max_abs_diff"])
 
 
@@ -113,14 +159,37 @@ def main(argv=None):
     mem = bench_memory(device, args.quick)
     worst = max(r["ratio"] for r in speed)
     worst_fast = max(r["fast_ratio"] for r in speed)
-    mem_kind = ("torch.cuda.max_memory_allocated" if device.type == "cuda"
-                else "resident-set high-water mark, reset before the call")
-    rows = [[r["shape"], r["causal"], f"{r['ours_ms']:.2f}", f"{r['fast_ms']:.2f}",
-             f"{r['sdpa_ms']:.2f}", f"{r['ratio']:.2f}", f"{r['fast_ratio']:.2f}"] for r in speed]
+    mem_kind = (
+        "torch.cuda.max_memory_allocated"
+        if device.type == "cuda"
+        else "resident-set high-water mark, reset before the call"
+    )
+    rows = [
+        [
+            r["shape"],
+            r["causal"],
+            f"{r['ours_ms']:.2f}",
+            f"{r['fast_ms']:.2f}",
+            f"{r['sdpa_ms']:.2f}",
+            f"{r['ratio']:.2f}",
+            f"{r['fast_ratio']:.2f}",
+        ]
+        for r in speed
+    ]
     write_section(
-        "attention", device.type, "attention: `local_mean_attention` vs SDPA",
-        ["shape B×H×T×d", "causal", "localbook (ms)", "localbook, check_values=False (ms)",
-         "SDPA (ms)", "ratio", "ratio unchecked"], rows,
+        "attention",
+        device.type,
+        "attention: `local_mean_attention` vs SDPA",
+        [
+            "shape B×H×T×d",
+            "causal",
+            "localbook (ms)",
+            "localbook, check_values=False (ms)",
+            "SDPA (ms)",
+            "ratio",
+            "ratio unchecked",
+        ],
+        rows,
         f"float32, torch threads: {args.threads}{'; quick sizes' if args.quick else ''}. "
         "`lb.local_mean_attention` (softmax path: checks on metadata, one NaN/inf reduction over "
         "q, k, v — one host synchronisation — then PyTorch's fused SDPA; `check_values=False` "

@@ -17,6 +17,7 @@ before it; on CUDA, localbook's peak is
 Full size: n = 60,000 training points × d = 784 (float32), m = 1,000 queries. ``--quick``:
 n = 6,000, m = 200 (seconds on a laptop CPU). Writes ``benchmarks/results/denoise[-cuda].md``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import configure, cpu_model, exp_throughput, target_line, write_text_section  # noqa: E402
+from _common import (
+    configure,
+    cpu_model,
+    exp_throughput,
+    target_line,
+    write_text_section,
+)  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIGMA = 1.0  # noise std per pixel: a few to a few dozen training points share the weight at n = 60,000
@@ -45,9 +52,13 @@ def make_data(n: int, m: int, d: int, seed: int = 0):
     # low-rank "images": 20 prototypes mixed, plus pixel noise, clipped to [0, 1]
     protos = rng.uniform(0, 1, (20, d)).astype(np.float32)
     mix = rng.dirichlet(np.full(20, 0.3), size=n).astype(np.float32)
-    x = np.clip(mix @ protos + 0.1 * rng.standard_normal((n, d), dtype=np.float32), 0, 1)
+    x = np.clip(
+        mix @ protos + 0.1 * rng.standard_normal((n, d), dtype=np.float32), 0, 1
+    )
     clean = x[rng.integers(0, n, m)]
-    q = (clean + SIGMA * rng.standard_normal((m, d), dtype=np.float32)).astype(np.float32)  # x̃ = x + σε
+    q = (clean + SIGMA * rng.standard_normal((m, d), dtype=np.float32)).astype(
+        np.float32
+    )  # x̃ = x + σε
     return x, q
 
 
@@ -92,13 +103,24 @@ def bound_denoise(q, x, sigma):
     import torch
 
     s = -0.5 / sigma**2
-    logits = torch.addmm((s * (x * x).sum(1))[None, :], q, x.T, alpha=-2 * s)  # |q|² cancels
+    logits = torch.addmm(
+        (s * (x * x).sum(1))[None, :], q, x.T, alpha=-2 * s
+    )  # |q|² cancels
     logits -= logits.amax(1, keepdim=True)
     w = logits.exp_()
     return (w @ x) / w.sum(1, keepdim=True)
 
 
-def worker(method: str, n: int, m: int, d: int, device: str, out: str, repeat: int = 1, threads: int = 1):
+def worker(
+    method: str,
+    n: int,
+    m: int,
+    d: int,
+    device: str,
+    out: str,
+    repeat: int = 1,
+    threads: int = 1,
+):
     """Run one method in this process; print a JSON line with its best time of ``repeat`` runs
     and the peak memory of the first."""
     configure(argparse.Namespace(threads=threads))
@@ -149,7 +171,9 @@ def worker(method: str, n: int, m: int, d: int, device: str, out: str, repeat: i
         peak = _peak_since_reset_mb() - base
         for _ in range(repeat - 1):
             t0 = time.perf_counter()
-            softmax(-euclidean_distances(q64, x64, squared=True) / (2 * SIGMA**2), axis=1) @ x64
+            softmax(
+                -euclidean_distances(q64, x64, squared=True) / (2 * SIGMA**2), axis=1
+            ) @ x64
             elapsed = min(elapsed, time.perf_counter() - t0)
     np.save(out, res)
     print(json.dumps({"method": method, "seconds": elapsed, "peak_mb": peak}))
@@ -158,8 +182,26 @@ def worker(method: str, n: int, m: int, d: int, device: str, out: str, repeat: i
 def run_method(method, n, m, d, device, repeat, threads=1):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "res.npy")
-        cmd = [sys.executable, __file__, "--worker", method, "--n", str(n), "--m", str(m), "--d", str(d),
-               "--device", device, "--out", out, "--repeat", str(repeat), "--threads", str(threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            method,
+            "--n",
+            str(n),
+            "--m",
+            str(m),
+            "--d",
+            str(d),
+            "--device",
+            device,
+            "--out",
+            out,
+            "--repeat",
+            str(repeat),
+            "--threads",
+            str(threads),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         info = json.loads(proc.stdout.strip().splitlines()[-1])
         info["result"] = np.load(out)
@@ -170,31 +212,51 @@ def machine(device: str) -> str:
     import torch
 
     cpu = cpu_model()
-    text = f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} ({torch.get_num_threads()} threads), " \
-           f"numpy {np.__version__}, Python {platform.python_version()}"
+    text = (
+        f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"numpy {np.__version__}, Python {platform.python_version()}"
+    )
     if device == "cuda":
         text += f"; GPU: {torch.cuda.get_device_name(0)}"
-    if hasattr(os, "getloadavg"):  # a shared machine's CPU timings are only as good as its load
-        text += f"; 1-minute load average {os.getloadavg()[0]:.1f} at the end of the run"
+    if hasattr(
+        os, "getloadavg"
+    ):  # a shared machine's CPU timings are only as good as its load
+        text += (
+            f"; 1-minute load average {os.getloadavg()[0]:.1f} at the end of the run"
+        )
     return text
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--quick", action="store_true", help="n = 6,000, m = 200 (CPU-friendly)")
+    ap.add_argument(
+        "--quick", action="store_true", help="n = 6,000, m = 200 (CPU-friendly)"
+    )
     ap.add_argument("--n", type=int)
     ap.add_argument("--m", type=int)
     ap.add_argument("--d", type=int, default=784)
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs per method; the best is reported")
-    ap.add_argument("--threads", type=int, default=1, help="torch and BLAS threads of every method (default 1)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="timed runs per method; the best is reported",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch and BLAS threads of every method (default 1)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n = args.n or (6_000 if args.quick else 60_000)
     m = args.m or (200 if args.quick else 1_000)
     if args.worker:
-        worker(args.worker, n, m, args.d, args.device, args.out, args.repeat, args.threads)
+        worker(
+            args.worker, n, m, args.d, args.device, args.out, args.repeat, args.threads
+        )
         return
     threads = configure(args)
     ours = run_method("localbook", n, m, args.d, args.device, args.repeat, threads)
@@ -203,11 +265,17 @@ def main(argv=None):
     exp_rate = exp_throughput(4e7 if args.quick else 4e8, args.device)
     diff = float(np.abs(ours["result"] - ref["result"]).max())
     diff_bound = float(np.abs(bound["result"] - ref["result"]).max())
-    assert diff < 1e-3 and diff_bound < 1e-3, f"localbook / bound and the reference disagree: {diff}, {diff_bound}"
+    assert diff < 1e-3 and diff_bound < 1e-3, (
+        f"localbook / bound and the reference disagree: {diff}, {diff_bound}"
+    )
     ratio = ref["seconds"] / ours["seconds"]
     over_bound = ours["seconds"] / bound["seconds"]
     frac = 100 * n * m / ours["seconds"] / exp_rate
-    mem_unit = "GPU MiB (max_memory_allocated)" if args.device == "cuda" else "MiB (peak RSS above the data)"
+    mem_unit = (
+        "GPU MiB (max_memory_allocated)"
+        if args.device == "cuda"
+        else "MiB (peak RSS above the data)"
+    )
     lines = [
         f"## Empirical denoiser (`tweedie_denoise`), {args.device.upper()}",
         "",
@@ -234,9 +302,12 @@ def main(argv=None):
         f"`torch.exp` float64 throughput in cache-sized tiles, {exp_rate:.3g} /s in this run); at d = {args.d} the "
         "two matrix products, not exp, bound the time.",
         "",
-        "Targets (issue 18): " + target_line("localbook time / bound", over_bound, 1.5, unit="", at_most=True) + ".",
+        "Targets (issue 18): "
+        + target_line("localbook time / bound", over_bound, 1.5, unit="", at_most=True)
+        + ".",
         "",
-        f"Machine: {machine(args.device)}." + (" Quick size (`--quick`)." if args.quick else ""),
+        f"Machine: {machine(args.device)}."
+        + (" Quick size (`--quick`)." if args.quick else ""),
         "",
     ]
     write_text_section("denoise", args.device, "\n".join(lines))

@@ -10,6 +10,7 @@ the resident-set high-water mark in a fresh subprocess; CUDA: torch.cuda.max_mem
 
 Writes benchmarks/results/entmax.md (entmax-cuda.md on CUDA).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,29 +35,42 @@ def _methods(alpha_general: float = 1.5):
     import localbook as lb
 
     return {
-        "sparsemax": (lambda z: lb.sparsemax(z, dim=-1), lambda z: entmax.sparsemax(z, dim=-1)),
-        "entmax15": (lambda z: lb.entmax15(z, dim=-1), lambda z: entmax.entmax15(z, dim=-1)),
+        "sparsemax": (
+            lambda z: lb.sparsemax(z, dim=-1),
+            lambda z: entmax.sparsemax(z, dim=-1),
+        ),
+        "entmax15": (
+            lambda z: lb.entmax15(z, dim=-1),
+            lambda z: entmax.entmax15(z, dim=-1),
+        ),
         f"entmax_bisect α={alpha_general}": (
             lambda z: lb.entmax_bisect(z, alpha_general, dim=-1, n_iter=50),
             lambda z: entmax.entmax_bisect(z, alpha_general, dim=-1, n_iter=50),
         ),
         # a learnable α, one per row (bisection in both; the α-gradient is computed too)
         f"entmax_bisect tensor α={alpha_general}": (
-            lambda z: lb.entmax_bisect(z, _alpha_rows(z, alpha_general), dim=-1, n_iter=50),
-            lambda z: entmax.entmax_bisect(z, _alpha_rows(z, alpha_general), dim=-1,
-                                           n_iter=50),
+            lambda z: lb.entmax_bisect(
+                z, _alpha_rows(z, alpha_general), dim=-1, n_iter=50
+            ),
+            lambda z: entmax.entmax_bisect(
+                z, _alpha_rows(z, alpha_general), dim=-1, n_iter=50
+            ),
         ),
     }
 
 
 def _alpha_rows(z, alpha):
     """A per-row α column for z that requires a gradient (so backward computes ∂L/∂α)."""
-    return torch.full((z.shape[0], 1), alpha, dtype=z.dtype, device=z.device, requires_grad=True)
+    return torch.full(
+        (z.shape[0], 1), alpha, dtype=z.dtype, device=z.device, requires_grad=True
+    )
 
 
 def _scores(shape, scale, device, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=torch.float32)
+    return (torch.randn(*shape, generator=g) * scale).to(
+        device=device, dtype=torch.float32
+    )
 
 
 def _fwd_bwd(f, z, g):
@@ -85,7 +99,9 @@ def _child(method: str, which: int, shape, scale: float, threads: int) -> None:
     z = _scores(shape, scale, torch.device("cpu"))
     g = torch.ones_like(z)
     small = z[:2].clone()
-    _fwd_bwd(fns[which], small, torch.ones_like(small))  # load lazily initialised code first
+    _fwd_bwd(
+        fns[which], small, torch.ones_like(small)
+    )  # load lazily initialised code first
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
@@ -100,8 +116,15 @@ def _child(method: str, which: int, shape, scale: float, threads: int) -> None:
 
 
 def _peak_cpu(method, which, shape, scale, threads):
-    cmd = [sys.executable, __file__, "--child", json.dumps([method, which, list(shape), scale, threads])]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        json.dumps([method, which, list(shape), scale, threads]),
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])["peak_bytes"]
 
 
@@ -122,7 +145,12 @@ def _machine(device) -> str:
 
 def main(argv=None) -> int:
     ap = parser(__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=None, help="timed repetitions per method (best reported)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="timed repetitions per method (best reported)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="markdown file to write")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -137,7 +165,9 @@ def main(argv=None) -> int:
         ap.error("--device cuda requested but CUDA is not available")
     shape = (128, 1024) if args.quick else (1024, 4096)
     reps = args.reps or (2 if args.quick else 7)
-    out = args.out or ROOT / "benchmarks" / "results" / ("entmax-cuda.md" if device.type == "cuda" else "entmax.md")
+    out = args.out or ROOT / "benchmarks" / "results" / (
+        "entmax-cuda.md" if device.type == "cuda" else "entmax.md"
+    )
 
     rows = []
     for in_name, scale in INPUTS:
@@ -152,19 +182,38 @@ def main(argv=None) -> int:
             support = float((p > 0).sum(-1).float().mean())
             # interleaved, best of reps; on the CPU the process's CPU time (load from other
             # processes on a shared machine does not inflate it), on CUDA the wall clock
-            a, b = time_interleaved([lambda: _fwd_bwd(ours, z, g), lambda: _fwd_bwd(theirs, z, g)],
-                                    device.type, reps,
-                                    clock="wall" if device.type == "cuda" else "cpu")
+            a, b = time_interleaved(
+                [lambda: _fwd_bwd(ours, z, g), lambda: _fwd_bwd(theirs, z, g)],
+                device.type,
+                reps,
+                clock="wall" if device.type == "cuda" else "cpu",
+            )
             if device.type == "cuda":
                 m_ours, m_theirs = _peak_cuda(ours, z, g), _peak_cuda(theirs, z, g)
             else:
-                m_ours, m_theirs = (_peak_cpu(name, i, shape, scale, args.threads) for i in (0, 1))
-            rows.append(dict(input=in_name, method=name, support=support, ours=a, theirs=b, ratio=b / a,
-                             mem_ours=m_ours, mem_theirs=m_theirs,
-                             err=float((p - q).abs().max()), gerr=float((gp - gq).abs().max())))
-            print(f"{in_name:26s} {name:22s} support {support:7.1f}  localbook {a * 1e3:8.1f} ms  "
-                  f"entmax {b * 1e3:8.1f} ms  speed-up {b / a:5.2f}x  peak MiB {m_ours / 2**20:6.1f} vs "
-                  f"{m_theirs / 2**20:6.1f}", flush=True)
+                m_ours, m_theirs = (
+                    _peak_cpu(name, i, shape, scale, args.threads) for i in (0, 1)
+                )
+            rows.append(
+                dict(
+                    input=in_name,
+                    method=name,
+                    support=support,
+                    ours=a,
+                    theirs=b,
+                    ratio=b / a,
+                    mem_ours=m_ours,
+                    mem_theirs=m_theirs,
+                    err=float((p - q).abs().max()),
+                    gerr=float((gp - gq).abs().max()),
+                )
+            )
+            print(
+                f"{in_name:26s} {name:22s} support {support:7.1f}  localbook {a * 1e3:8.1f} ms  "
+                f"entmax {b * 1e3:8.1f} ms  speed-up {b / a:5.2f}x  peak MiB {m_ours / 2**20:6.1f} vs "
+                f"{m_theirs / 2**20:6.1f}",
+                flush=True,
+            )
 
     mib = lambda x: f"{x / 2**20:.1f}"  # noqa: E731
     lines = [
@@ -183,10 +232,16 @@ def main(argv=None) -> int:
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['input']} | {r['method']} | {r['support']:.1f} | {r['ours'] * 1e3:.1f} | "
-                     f"{r['theirs'] * 1e3:.1f} | **{r['ratio']:.2f}×** | {mib(r['mem_ours'])} | "
-                     f"{mib(r['mem_theirs'])} | {r['err']:.1e} / {r['gerr']:.1e} |")
-    lines += ["", f"Machine: {_machine(device)}.{' (--quick run)' if args.quick else ''}", ""]
+        lines.append(
+            f"| {r['input']} | {r['method']} | {r['support']:.1f} | {r['ours'] * 1e3:.1f} | "
+            f"{r['theirs'] * 1e3:.1f} | **{r['ratio']:.2f}×** | {mib(r['mem_ours'])} | "
+            f"{mib(r['mem_theirs'])} | {r['err']:.1e} / {r['gerr']:.1e} |"
+        )
+    lines += [
+        "",
+        f"Machine: {_machine(device)}.{' (--quick run)' if args.quick else ''}",
+        "",
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print(f"wrote {out}")

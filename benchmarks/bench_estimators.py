@@ -13,6 +13,7 @@ same timing method (warm, best of k; `_common.best_time`), and checks they agree
 * `bilateral_filter` (window w) vs a NumPy loop over the window's offsets;
 * `mlkr_loss` and its gradient vs `metric-learn`'s `MLKR._loss` (n = 2,000, d = 10, k = 3).
 """
+
 import sys
 import warnings
 from pathlib import Path
@@ -38,7 +39,10 @@ def smoothers(n, rows):
     y = np.sin(3 * x[:, 0]) * np.cos(2 * x[:, 1]) + 0.1 * rng.normal(size=n)
     q = rng.uniform(-1, 1, (n, 2))
     bw = np.array([0.15, 0.2])
-    for est, reg_type in [(lb.NadarayaWatsonRegressor, "lc"), (lb.LocalLinearRegressor, "ll")]:
+    for est, reg_type in [
+        (lb.NadarayaWatsonRegressor, "lc"),
+        (lb.LocalLinearRegressor, "ll"),
+    ]:
         model = est(bandwidth=bw)
         kr = KernelReg(y, x, "cc", reg_type=reg_type, bw=list(bw))
         t_ref = best_time(lambda: kr.fit(q), repeat=1, warmup=0)
@@ -46,8 +50,15 @@ def smoothers(n, rows):
         ref, got = kr.fit(q)[0], model.fit(x, y).predict(q)
         rel = float(np.abs(got - ref).max() / np.abs(ref).max())
         assert rel < 1e-8, (est.__name__, rel)
-        rows.append(_row(f"`{est.__name__}` fit + predict, n = m = {n:,}, d = 2 "
-                         "vs statsmodels `KernelReg`", t_ref, t_ours, f"max rel. diff. {rel:.1e}"))
+        rows.append(
+            _row(
+                f"`{est.__name__}` fit + predict, n = m = {n:,}, d = 2 "
+                "vs statsmodels `KernelReg`",
+                t_ref,
+                t_ours,
+                f"max rel. diff. {rel:.1e}",
+            )
+        )
 
 
 def loo_bandwidth(n, rows):
@@ -58,15 +69,27 @@ def loo_bandwidth(n, rows):
     y = np.sin(2 * np.pi * x[:, 0]) + 0.3 * rng.normal(size=n)
     model = lb.NadarayaWatsonRegressor(bandwidth="loo").fit(x, y)
     grid = model.loo_grid_
-    search = GridSearchCV(lb.NadarayaWatsonRegressor(), {"bandwidth": list(grid)},
-                          cv=LeaveOneOut(), scoring="neg_mean_squared_error")
+    search = GridSearchCV(
+        lb.NadarayaWatsonRegressor(),
+        {"bandwidth": list(grid)},
+        cv=LeaveOneOut(),
+        scoring="neg_mean_squared_error",
+    )
     t_ref = best_time(lambda: search.fit(x, y), repeat=1, warmup=0)
-    t_ours = best_time(lambda: lb.NadarayaWatsonRegressor(bandwidth="loo").fit(x, y), repeat=5)
+    t_ours = best_time(
+        lambda: lb.NadarayaWatsonRegressor(bandwidth="loo").fit(x, y), repeat=5
+    )
     same = np.isclose(search.best_params_["bandwidth"], model.bandwidth_, rtol=1e-12)
     assert same, (search.best_params_, model.bandwidth_)
-    rows.append(_row(f"`bandwidth=\"loo\"` ({len(grid)} bandwidths), n = {n} vs "
-                     "`GridSearchCV(cv=LeaveOneOut())`", t_ref, t_ours,
-                     f"same bandwidth ({model.bandwidth_:.4f})"))
+    rows.append(
+        _row(
+            f'`bandwidth="loo"` ({len(grid)} bandwidths), n = {n} vs '
+            "`GridSearchCV(cv=LeaveOneOut())`",
+            t_ref,
+            t_ours,
+            f"same bandwidth ({model.bandwidth_:.4f})",
+        )
+    )
 
 
 def local_mode(n, rows):
@@ -78,15 +101,22 @@ def local_mode(n, rows):
     q = rng.normal(size=(n, 2))
     h = 0.3
     model = lb.LocalModeClassifier(bandwidth=h)
-    ref_model = KNeighborsClassifier(n_neighbors=n, algorithm="brute",
-                                     weights=lambda d: np.exp(-0.5 * (d / h) ** 2))
+    ref_model = KNeighborsClassifier(
+        n_neighbors=n, algorithm="brute", weights=lambda d: np.exp(-0.5 * (d / h) ** 2)
+    )
     t_ref = best_time(lambda: ref_model.fit(x, labels).predict_proba(q), repeat=3)
     t_ours = best_time(lambda: model.fit(x, labels).predict_proba(q), repeat=5)
     diff = float(np.abs(model.predict_proba(q) - ref_model.predict_proba(q)).max())
     assert diff < 1e-10, diff
-    rows.append(_row(f"`LocalModeClassifier.predict_proba`, n = m = {n:,}, 3 classes vs "
-                     "`KNeighborsClassifier` (all n, Gaussian weights)", t_ref, t_ours,
-                     f"max diff. {diff:.1e}"))
+    rows.append(
+        _row(
+            f"`LocalModeClassifier.predict_proba`, n = m = {n:,}, 3 classes vs "
+            "`KNeighborsClassifier` (all n, Gaussian weights)",
+            t_ref,
+            t_ours,
+            f"max diff. {diff:.1e}",
+        )
+    )
 
 
 def quantile(n, m, rows):
@@ -99,20 +129,33 @@ def quantile(n, m, rows):
 
     def reference():
         w = np.exp(-0.5 * ((q[:, None] - x[None, :]) / h) ** 2)
-        return np.array([np.quantile(y, level, weights=wi, method="inverted_cdf") for wi in w])
+        return np.array(
+            [np.quantile(y, level, weights=wi, method="inverted_cdf") for wi in w]
+        )
 
     t_ref = best_time(reference, repeat=1, warmup=0)
     t_ours = best_time(lambda: lb.local_quantile(qt, xt, yt, h, q=level), repeat=5)
     ok = np.array_equal(reference(), lb.local_quantile(qt, xt, yt, h, q=level).numpy())
     assert ok
-    rows.append(_row(f"`local_quantile` (q = 0.9), n = {n:,}, m = {m:,} vs weighted "
-                     "`np.quantile(method=\"inverted_cdf\")`", t_ref, t_ours, "identical"))
+    rows.append(
+        _row(
+            f"`local_quantile` (q = 0.9), n = {n:,}, m = {m:,} vs weighted "
+            '`np.quantile(method="inverted_cdf")`',
+            t_ref,
+            t_ours,
+            "identical",
+        )
+    )
 
 
 def bilateral(size, w, rows):
     rng = np.random.default_rng(4)
-    img = np.clip(np.add.outer(np.arange(size), np.arange(size)) / (2 * size)
-                  + 0.1 * rng.normal(size=(size, size)), 0, 1)
+    img = np.clip(
+        np.add.outer(np.arange(size), np.arange(size)) / (2 * size)
+        + 0.1 * rng.normal(size=(size, size)),
+        0,
+        1,
+    )
     s, r = 2.0, 0.1
 
     def reference():
@@ -121,7 +164,7 @@ def bilateral(size, w, rows):
         den = np.zeros_like(img)
         for di in range(-w, w + 1):
             for dj in range(-w, w + 1):
-                nb = pad[w + di:w + di + size, w + dj:w + dj + size]
+                nb = pad[w + di : w + di + size, w + dj : w + dj + size]
                 k = np.exp(-0.5 * ((di * di + dj * dj) / s**2 + (nb - img) ** 2 / r**2))
                 k = np.where(np.isnan(nb), 0.0, k)
                 num += k * np.nan_to_num(nb)
@@ -131,10 +174,19 @@ def bilateral(size, w, rows):
     t_ref = best_time(reference, repeat=3)
     it = torch.tensor(img)
     t_ours = best_time(lambda: lb.bilateral_filter(it, s, r, window=w), repeat=5)
-    diff = float(np.abs(lb.bilateral_filter(it, s, r, window=w).numpy() - reference()).max())
+    diff = float(
+        np.abs(lb.bilateral_filter(it, s, r, window=w).numpy() - reference()).max()
+    )
     assert diff < 1e-12, diff
-    rows.append(_row(f"`bilateral_filter`, {size}×{size} image, window {2 * w + 1}×{2 * w + 1} "
-                     "vs NumPy over the window offsets", t_ref, t_ours, f"max diff. {diff:.1e}"))
+    rows.append(
+        _row(
+            f"`bilateral_filter`, {size}×{size} image, window {2 * w + 1}×{2 * w + 1} "
+            "vs NumPy over the window offsets",
+            t_ref,
+            t_ours,
+            f"max diff. {diff:.1e}",
+        )
+    )
 
 
 def mlkr(n, d, k, rows):
@@ -160,10 +212,20 @@ def mlkr(n, d, k, rows):
     t_ref = best_time(lambda: ref_est._loss(L.ravel(), X, y), repeat=3)
     t_ours = best_time(ours, repeat=5)
     (c_ref, g_ref), (c, g) = ref_est._loss(L.ravel(), X, y), ours()
-    rel = max(abs(c - c_ref) / c_ref, float(np.abs(g.ravel() - g_ref).max() / np.abs(g_ref).max()))
+    rel = max(
+        abs(c - c_ref) / c_ref,
+        float(np.abs(g.ravel() - g_ref).max() / np.abs(g_ref).max()),
+    )
     assert rel < 1e-8, rel
-    rows.append(_row(f"`mlkr_loss` + gradient, n = {n:,}, d = {d}, k = {k} vs metric-learn "
-                     "`MLKR._loss`", t_ref, t_ours, f"max rel. diff. {rel:.1e}"))
+    rows.append(
+        _row(
+            f"`mlkr_loss` + gradient, n = {n:,}, d = {d}, k = {k} vs metric-learn "
+            "`MLKR._loss`",
+            t_ref,
+            t_ours,
+            f"max rel. diff. {rel:.1e}",
+        )
+    )
 
 
 def main():
@@ -182,8 +244,11 @@ def main():
     bilateral(64 if small else 256, 3, rows)
     mlkr(300 if small else 2000, 10, 3, rows)
     write_section(
-        "estimators", "cpu", "Estimators, local decisions and learned metrics vs their references",
-        ["case", "reference (s)", "localbook (s)", "speed-up", "agreement"], rows,
+        "estimators",
+        "cpu",
+        "Estimators, local decisions and learned metrics vs their references",
+        ["case", "reference (s)", "localbook (s)", "speed-up", "agreement"],
+        rows,
         f"Float64; torch and BLAS threads: {args.threads}. Both sides timed by "
         "`_common.best_time` (warm, best of k; statsmodels, GridSearchCV and the per-query "
         "NumPy quantile loop once, as they take seconds). Every row asserts the agreement shown.",

@@ -23,6 +23,7 @@ Checks: observed pixels unchanged by both; local-mean RMSE below mean imputation
 
 Writes ``benchmarks/results/impute[-cuda].md``.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,11 @@ def make_data(name: str, kind: str, quick: bool, seed: int = 0):
     T = test[rng.choice(len(test), n_test, replace=False)].reshape(n_test, -1) / 255.0
 
     def mask(n, s):
-        return (lb.missing_at_random_mask((n, 784), 0.5, seed=s) if kind.startswith("MCAR")
-                else lb.block_mask(n, (28, 28), 12, seed=s))
+        return (
+            lb.missing_at_random_mask((n, 784), 0.5, seed=s)
+            if kind.startswith("MCAR")
+            else lb.block_mask(n, (28, 28), 12, seed=s)
+        )
 
     mR, mT = mask(n_ref, seed + 1), mask(n_test, seed + 2)
     return R, np.where(mR, np.nan, R), T, np.where(mT, np.nan, T), mT, (28, 28)
@@ -117,7 +121,9 @@ def peak_extra_mb(code: str) -> float:
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode:
-        raise RuntimeError(f"memory probe failed ({out.returncode}):\n{out.stderr[-2000:]}")
+        raise RuntimeError(
+            f"memory probe failed ({out.returncode}):\n{out.stderr[-2000:]}"
+        )
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -129,11 +135,18 @@ def main(argv=None):
 
     rows = []
     here = str(Path(__file__).resolve().parent)
-    for name, kind in [("fashion", "MCAR 50%"), ("fashion", "block 12×12"), ("digits", "MCAR 30%")]:
+    for name, kind in [
+        ("fashion", "MCAR 50%"),
+        ("fashion", "block 12×12"),
+        ("digits", "MCAR 30%"),
+    ]:
         R, Rm, T, Tm, mT, shape = make_data(name, kind, args.quick)
         k = fair_k(Rm, transductive=name == "digits")
-        Rin, Tin = ((torch.as_tensor(Rm, device=device), torch.as_tensor(Tm, device=device))
-                    if device == "cuda" else (Rm, Tm))
+        Rin, Tin = (
+            (torch.as_tensor(Rm, device=device), torch.as_tensor(Tm, device=device))
+            if device == "cuda"
+            else (Rm, Tm)
+        )
         tuned = {}
 
         def ours():
@@ -146,10 +159,17 @@ def main(argv=None):
             return KNNImputer(n_neighbors=k).fit(Rm).transform(Tm)
 
         out_ours, out_knn = ours(), knn()
-        assert np.array_equal(out_ours[~mT], T[~mT]) and np.array_equal(out_knn[~mT], T[~mT])
-        r_ours, r_knn = lb.rmse_missing(out_ours, T, mT), lb.rmse_missing(out_knn, T, mT)
+        assert np.array_equal(out_ours[~mT], T[~mT]) and np.array_equal(
+            out_knn[~mT], T[~mT]
+        )
+        r_ours, r_knn = (
+            lb.rmse_missing(out_ours, T, mT),
+            lb.rmse_missing(out_knn, T, mT),
+        )
         r_mean = lb.rmse_missing(np.where(mT, np.nanmean(Rm, axis=0), Tm), T, mT)
-        assert r_ours < r_mean, f"{name} {kind}: RMSE {r_ours:.4f} not below mean imputation {r_mean:.4f}"
+        assert r_ours < r_mean, (
+            f"{name} {kind}: RMSE {r_ours:.4f} not below mean imputation {r_mean:.4f}"
+        )
         t_ours = best_time(ours, device=device, repeat=3)
         t_knn = best_time(knn, device="cpu", repeat=3)
         fmt = dict(here=here, name=name, kind=kind, quick=args.quick, k=k)
@@ -157,37 +177,80 @@ def main(argv=None):
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
             ours()
-            mem_ours = f"{(torch.cuda.max_memory_allocated() - base) / 2**20:.0f} MiB (GPU)"
+            mem_ours = (
+                f"{(torch.cuda.max_memory_allocated() - base) / 2**20:.0f} MiB (GPU)"
+            )
         else:
             mem_ours = f"{peak_extra_mb(MEM_CODE.format(method='localbook', device=device, **fmt)):.0f} MiB"
         mem_knn = f"{peak_extra_mb(MEM_CODE.format(method='knn', device='cpu', **fmt)):.0f} MiB"
         ratio = r_ours / r_knn
-        target = f"≤ {TARGET[name]} × KNN: {'met' if ratio <= TARGET[name] else 'MISSED'}" \
-            if (name, kind) != ("fashion", "block 12×12") else "—"
-        sizes = f"{len(Rm)} ref → {len(Tm)} test" if name == "fashion" else f"{len(Rm)} (fit_transform)"
-        rows.append([f"{'Fashion-MNIST' if name == 'fashion' else 'digits'} {kind}", sizes,
-                     f"h = {tuned['h']:g}, β = {tuned['beta']:.3g}", str(k), f"{t_ours:.3f}", f"{t_knn:.3f}",
-                     mem_ours, mem_knn, f"{r_ours:.4f}", f"{r_knn:.4f}", f"{r_mean:.4f}", f"{ratio:.3f}", target])
+        target = (
+            f"≤ {TARGET[name]} × KNN: {'met' if ratio <= TARGET[name] else 'MISSED'}"
+            if (name, kind) != ("fashion", "block 12×12")
+            else "—"
+        )
+        sizes = (
+            f"{len(Rm)} ref → {len(Tm)} test"
+            if name == "fashion"
+            else f"{len(Rm)} (fit_transform)"
+        )
+        rows.append(
+            [
+                f"{'Fashion-MNIST' if name == 'fashion' else 'digits'} {kind}",
+                sizes,
+                f"h = {tuned['h']:g}, β = {tuned['beta']:.3g}",
+                str(k),
+                f"{t_ours:.3f}",
+                f"{t_knn:.3f}",
+                mem_ours,
+                mem_knn,
+                f"{r_ours:.4f}",
+                f"{r_knn:.4f}",
+                f"{r_mean:.4f}",
+                f"{ratio:.3f}",
+                target,
+            ]
+        )
 
-    load = f" 1-minute load average {os.getloadavg()[0]:.1f} at the end (shared machine)." \
-        if hasattr(os, "getloadavg") else ""
+    load = (
+        f" 1-minute load average {os.getloadavg()[0]:.1f} at the end (shared machine)."
+        if hasattr(os, "getloadavg")
+        else ""
+    )
     write_section(
-        "impute", device, "Imputing missing pixels: `LocalMeanImputer` (defaults) vs `KNNImputer` (k by hold-out)",
-        ["data, mask", "rows", "local mean: chosen h, β", "KNN k", "localbook time (s)", "KNNImputer time (s)",
-         "localbook peak mem", "KNNImputer peak mem", "localbook RMSE", "KNNImputer RMSE",
-         "mean-imputation RMSE", "RMSE ratio", "issue-15 target"],
+        "impute",
+        device,
+        "Imputing missing pixels: `LocalMeanImputer` (defaults) vs `KNNImputer` (k by hold-out)",
+        [
+            "data, mask",
+            "rows",
+            "local mean: chosen h, β",
+            "KNN k",
+            "localbook time (s)",
+            "KNNImputer time (s)",
+            "localbook peak mem",
+            "KNNImputer peak mem",
+            "localbook RMSE",
+            "KNNImputer RMSE",
+            "mean-imputation RMSE",
+            "RMSE ratio",
+            "issue-15 target",
+        ],
         rows,
-        notes=("Fashion-MNIST: reference = a seeded random subset of the training images, masked; the masked "
-               "test images are imputed (`fit` on the reference, `transform` on the test images); the test truth "
-               "is used only for the score. Digits: `fit_transform` on all 1,797 8×8 digits. localbook: "
-               "`LocalMeanImputer(image_shape)` with its defaults — the pixel bandwidth h and the image weight β "
-               "chosen by hiding 10% of the observed values of 200 reference rows (the time includes this "
-               "tuning). KNNImputer: `nan_euclidean`, uniform weights, k chosen from "
-               f"{', '.join(map(str, KS))} by the same hold-out on the reference data (search not timed). "
-               "Times: best of 3, fit + transform. Peak memory: extra peak RSS in a fresh process after a "
-               "warm-up (Linux `VmHWM` reset just before). RMSE on the missing pixels (values in [0, 1]). "
-               "Checked: observed pixels unchanged by both; localbook RMSE below mean imputation's."
-               + (" Quick sizes (`--quick`)." if args.quick else "") + load),
+        notes=(
+            "Fashion-MNIST: reference = a seeded random subset of the training images, masked; the masked "
+            "test images are imputed (`fit` on the reference, `transform` on the test images); the test truth "
+            "is used only for the score. Digits: `fit_transform` on all 1,797 8×8 digits. localbook: "
+            "`LocalMeanImputer(image_shape)` with its defaults — the pixel bandwidth h and the image weight β "
+            "chosen by hiding 10% of the observed values of 200 reference rows (the time includes this "
+            "tuning). KNNImputer: `nan_euclidean`, uniform weights, k chosen from "
+            f"{', '.join(map(str, KS))} by the same hold-out on the reference data (search not timed). "
+            "Times: best of 3, fit + transform. Peak memory: extra peak RSS in a fresh process after a "
+            "warm-up (Linux `VmHWM` reset just before). RMSE on the missing pixels (values in [0, 1]). "
+            "Checked: observed pixels unchanged by both; localbook RMSE below mean imputation's."
+            + (" Quick sizes (`--quick`)." if args.quick else "")
+            + load
+        ),
     )
 
 

@@ -10,6 +10,7 @@
 then the best of k), and each kernel sum is reported as a fraction of the exp roofline
 (``_common.exp_throughput``, measured in the same run).
 """
+
 import sys
 import warnings
 from pathlib import Path
@@ -19,7 +20,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    best_time, configure, exp_throughput, parser, peak_rss_delta, roofline, target_line, write_section,
+    best_time,
+    configure,
+    exp_throughput,
+    parser,
+    peak_rss_delta,
+    roofline,
+    target_line,
+    write_section,
 )
 
 import localbook as lb  # noqa: E402
@@ -42,7 +50,10 @@ def main():
     xt, yt, qt = (torch.tensor(a, device=dev) for a in (x, y, q))
     bwt = torch.tensor(bw, dtype=torch.float64, device=dev)
     rows, targets = [], []
-    for reg_type, ours, label in [("lc", lb.nadaraya_watson, "Nadaraya–Watson"), ("ll", lb.local_linear, "local linear")]:
+    for reg_type, ours, label in [
+        ("lc", lb.nadaraya_watson, "Nadaraya–Watson"),
+        ("ll", lb.local_linear, "local linear"),
+    ]:
         kr = KernelReg(y, x, "cc", reg_type=reg_type, bw=bw)
         t_ref = best_time(lambda: kr.fit(q), repeat=3)
         ref = kr.fit(q)[0]
@@ -50,12 +61,30 @@ def main():
         got = ours(qt, xt, yt, bwt).cpu().numpy()
         rel = float(np.abs(got - ref).max() / np.abs(ref).max())
         assert rel < 1e-8, f"{label} disagrees with statsmodels: {rel}"
-        rows.append([f"{label}, n = m = {n}, d = 2, float64", f"{t_ref:.3f}", f"{t_ours:.4f}", f"**{t_ref / t_ours:.0f}×**",
-                     roofline(n * m, t_ours, exp_rate), f"{rel:.1e}"])
+        rows.append(
+            [
+                f"{label}, n = m = {n}, d = 2, float64",
+                f"{t_ref:.3f}",
+                f"{t_ours:.4f}",
+                f"**{t_ref / t_ours:.0f}×**",
+                roofline(n * m, t_ours, exp_rate),
+                f"{rel:.1e}",
+            ]
+        )
         if reg_type == "lc":
-            targets.append(target_line(f"Nadaraya–Watson n = m = {n:,} vs KernelReg", t_ref / t_ours, 50))
-            targets.append(target_line("its kernel sum, fraction of the exp roofline",
-                                       100 * n * m / t_ours / exp_rate, 80, unit=" %"))
+            targets.append(
+                target_line(
+                    f"Nadaraya–Watson n = m = {n:,} vs KernelReg", t_ref / t_ours, 50
+                )
+            )
+            targets.append(
+                target_line(
+                    "its kernel sum, fraction of the exp roofline",
+                    100 * n * m / t_ours / exp_rate,
+                    80,
+                    unit=" %",
+                )
+            )
 
     big = 10_000 if args.quick else 100_000
     g = torch.Generator().manual_seed(0)
@@ -76,14 +105,34 @@ def main():
             "def run(s):\n"
             "    x, y = s; lb.nadaraya_watson(x, x, y, 0.01)\n"
         )
-    rows.append([f"Nadaraya–Watson alone, n = m = {big:,}, d = 2, float32", "—", f"{t_big:.2f}", "—",
-                 roofline(big * big, t_big, exp_rate), f"peak extra memory {mem:.0f} MiB"])
-    side = f"torch and BLAS threads: {threads}" if dev == "cpu" else "localbook on the GPU"
+    rows.append(
+        [
+            f"Nadaraya–Watson alone, n = m = {big:,}, d = 2, float32",
+            "—",
+            f"{t_big:.2f}",
+            "—",
+            roofline(big * big, t_big, exp_rate),
+            f"peak extra memory {mem:.0f} MiB",
+        ]
+    )
+    side = (
+        f"torch and BLAS threads: {threads}" if dev == "cpu" else "localbook on the GPU"
+    )
     write_section(
-        "local_mean", dev, "Local means vs statsmodels KernelReg",
-        ["case", "statsmodels (s)", "localbook (s)", "speed-up", "exp roofline", "max rel. difference / memory"], rows,
+        "local_mean",
+        dev,
+        "Local means vs statsmodels KernelReg",
+        [
+            "case",
+            "statsmodels (s)",
+            "localbook (s)",
+            "speed-up",
+            "exp roofline",
+            "max rel. difference / memory",
+        ],
+        rows,
         f"{side}; statsmodels loops over the queries in Python. Times: a warm-up call, then the best of 3 "
-        "(statsmodels) or 20 (localbook; the n = 100,000 row: 1). \"exp roofline\": kernel evaluations (n·m) per "
+        '(statsmodels) or 20 (localbook; the n = 100,000 row: 1). "exp roofline": kernel evaluations (n·m) per '
         "second divided by the throughput of `torch.exp` on float64 in cache-sized tiles, "
         f"{exp_rate:.3g} /s in this run (the float32 row is compared with the float64 exp too). Memory target "
         "(issue 2): peak at n = m = 100,000 under 1 GiB (cache-sized tiles on the CPU, 256 MiB chunks on a GPU)."

@@ -21,6 +21,7 @@ peak resident set size growth; CUDA: ``torch.cuda.max_memory_allocated``).
 Full size: N = 2,000 samples, p = 20,000 Gaussian features (float64), 16 queries. ``--quick``:
 N = 500, p = 5,000. Writes ``benchmarks/results/memorization[-cuda].md``.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    best_time, configure, parser, peak_rss_delta, time_interleaved, write_section,
+    best_time,
+    configure,
+    parser,
+    peak_rss_delta,
+    time_interleaved,
+    write_section,
 )
 
 import localbook as lb  # noqa: E402
@@ -50,8 +56,10 @@ def setup():
 RUNS = {
     "all_i": "def run(a):\n    lb.stability(a[0], a[1], None, a[2])\n",
     "refit_lb": "def run(a):\n    lb.min_norm_fit(a[0][1:], a[1][1:])\n",
-    "refit_scipy": ("def run(a):\n    P = a[0][1:].cpu().numpy(); g = a[1][1:].cpu().numpy()\n"
-                    "    P.T @ scipy.linalg.cho_solve(scipy.linalg.cho_factor(P @ P.T), g)\n"),
+    "refit_scipy": (
+        "def run(a):\n    P = a[0][1:].cpu().numpy(); g = a[1][1:].cpu().numpy()\n"
+        "    P.T @ scipy.linalg.cho_solve(scipy.linalg.cho_factor(P @ P.T), g)\n"
+    ),
 }
 
 
@@ -61,7 +69,9 @@ def cpu_peak(code: str) -> float:
     The kernel's high-water mark (VmHWM) is reset just before ``run`` (``/proc/self/clear_refs``),
     so import-time peaks do not hide it; falls back to :func:`_common.peak_rss_delta` elsewhere.
     """
-    prog = code + """
+    prog = (
+        code
+        + """
 import os, json
 def _rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -76,8 +86,11 @@ with open("/proc/self/clear_refs", "w") as f:
 run(a)
 print(json.dumps(_hwm() - base))
 """
+    )
     try:
-        out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", prog], capture_output=True, text=True, check=True
+        )
         return float(json.loads(out.stdout.strip().splitlines()[-1]))
     except (subprocess.CalledProcessError, OSError):
         return peak_rss_delta(code)
@@ -104,7 +117,9 @@ def main():
     G = torch.randn(N, generator=gen, dtype=torch.float64).to(dev)
     Q = torch.randn(16, P, generator=gen, dtype=torch.float64).to(dev)
 
-    t_all = best_time(lambda: lb.stability(Phi, G, None, Q), dev, repeat=3)  # every i at once
+    t_all = best_time(
+        lambda: lb.stability(Phi, G, None, Q), dev, repeat=3
+    )  # every i at once
     S = lb.stability(Phi, G, None, Q)  # (16, N)
     theta = lb.min_norm_fit(Phi, G)
 
@@ -119,7 +134,9 @@ def main():
             return Pn.T @ scipy.linalg.cho_solve(scipy.linalg.cho_factor(Pn @ Pn.T), gn)
 
         # both refits timed the same way: interleaved, warm, best of 2
-        a, b = time_interleaved([lambda: lb.min_norm_fit(Pk, gk), refit_scipy], dev, repeat=2)
+        a, b = time_interleaved(
+            [lambda: lb.min_norm_fit(Pk, gk), refit_scipy], dev, repeat=2
+        )
         t_lb.append(a)
         t_sp.append(b)
         th_i = lb.min_norm_fit(Pk, gk)
@@ -127,38 +144,67 @@ def main():
         ref = Q.cpu().numpy() @ (theta.cpu().numpy() - refit_scipy())
         err = max(err, float(np.abs(ref - S[:, i].cpu().numpy()).max()))
     scale = float(S.abs().max())
-    assert err < 1e-8 * max(1.0, scale), f"rank-one stabilities disagree with refits: {err:.2e}"
+    assert err < 1e-8 * max(1.0, scale), (
+        f"rank-one stabilities disagree with refits: {err:.2e}"
+    )
 
     if dev == "cuda":
         mem_all = cuda_peak(lambda: lb.stability(Phi, G, None, Q))
         mem_lb = cuda_peak(lambda: lb.min_norm_fit(Phi[1:], G[1:]))
         mem_sp = cpu_peak(SETUP.format(N=N, P=P, dev="cpu") + RUNS["refit_scipy"])
-        unit_gpu, unit_cpu = "MiB (CUDA peak allocated)", "MiB (peak RSS above the data)"
+        unit_gpu, unit_cpu = (
+            "MiB (CUDA peak allocated)",
+            "MiB (peak RSS above the data)",
+        )
     else:
-        mem_all, mem_lb, mem_sp = (cpu_peak(SETUP.format(N=N, P=P, dev="cpu") + RUNS[k])
-                                   for k in ["all_i", "refit_lb", "refit_scipy"])
+        mem_all, mem_lb, mem_sp = (
+            cpu_peak(SETUP.format(N=N, P=P, dev="cpu") + RUNS[k])
+            for k in ["all_i", "refit_lb", "refit_scipy"]
+        )
         unit_gpu = unit_cpu = "MiB (peak RSS above the data)"
 
     per_lb, per_sp = min(t_lb), min(t_sp)
     est_lb, est_sp = N * per_lb, N * per_sp
     rows = [
-        [f"localbook `stability(Phi, G, None, Q)`, all {N:,} i, 16 queries ({dev})", f"{t_all:.2f}",
-         "measured", f"{mem_all:.1f} {unit_gpu}", "1×"],
-        [f"{N:,} refits with `lb.min_norm_fit` ({dev})", f"{est_lb:,.0f}",
-         f"extrapolated: {N:,} × {per_lb:.2f} s (best of {len(t_lb)} timed refits)", f"{mem_lb:.1f} {unit_gpu} per refit",
-         f"{est_lb / t_all:,.0f}×"],
-        [f"{N:,} refits with NumPy/SciPy (kernel + `cho_solve`, cpu)", f"{est_sp:,.0f}",
-         f"extrapolated: {N:,} × {per_sp:.2f} s (best of {len(t_sp)} timed refits)", f"{mem_sp:.1f} {unit_cpu} per refit",
-         f"{est_sp / t_all:,.0f}×"],
+        [
+            f"localbook `stability(Phi, G, None, Q)`, all {N:,} i, 16 queries ({dev})",
+            f"{t_all:.2f}",
+            "measured",
+            f"{mem_all:.1f} {unit_gpu}",
+            "1×",
+        ],
+        [
+            f"{N:,} refits with `lb.min_norm_fit` ({dev})",
+            f"{est_lb:,.0f}",
+            f"extrapolated: {N:,} × {per_lb:.2f} s (best of {len(t_lb)} timed refits)",
+            f"{mem_lb:.1f} {unit_gpu} per refit",
+            f"{est_lb / t_all:,.0f}×",
+        ],
+        [
+            f"{N:,} refits with NumPy/SciPy (kernel + `cho_solve`, cpu)",
+            f"{est_sp:,.0f}",
+            f"extrapolated: {N:,} × {per_sp:.2f} s (best of {len(t_sp)} timed refits)",
+            f"{mem_sp:.1f} {unit_cpu} per refit",
+            f"{est_sp / t_all:,.0f}×",
+        ],
     ]
-    notes = (f"Φ: N = {N:,} × p = {P:,} standard Gaussian features, float64 ({N * P * 8 / 2**20:,.0f} MiB); "
-             f"G: N Gaussian targets; θ₀ = 0. The brute-force rows are **extrapolated** from "
-             f"{len(t_lb)} (localbook) and {len(t_sp)} (SciPy) timed refits at i ∈ {idx[:len(t_lb)]}; "
-             f"N refits were not run. Agreement of the rank-one stabilities with those refits: "
-             f"max |difference| = {err:.1e} (largest |S| = {scale:.2f}). The last column is the time of N refits "
-             f"divided by the time of the all-i call." + (" Quick size (`--quick`)." if args.quick else ""))
-    write_section("memorization", dev, "Leave-one-out stability for all i (`stability`) vs N refits",
-                  ["method", "time (s)", "how", "peak memory", "ratio to localbook"], rows, notes)
+    notes = (
+        f"Φ: N = {N:,} × p = {P:,} standard Gaussian features, float64 ({N * P * 8 / 2**20:,.0f} MiB); "
+        f"G: N Gaussian targets; θ₀ = 0. The brute-force rows are **extrapolated** from "
+        f"{len(t_lb)} (localbook) and {len(t_sp)} (SciPy) timed refits at i ∈ {idx[: len(t_lb)]}; "
+        f"N refits were not run. Agreement of the rank-one stabilities with those refits: "
+        f"max |difference| = {err:.1e} (largest |S| = {scale:.2f}). The last column is the time of N refits "
+        f"divided by the time of the all-i call."
+        + (" Quick size (`--quick`)." if args.quick else "")
+    )
+    write_section(
+        "memorization",
+        dev,
+        "Leave-one-out stability for all i (`stability`) vs N refits",
+        ["method", "time (s)", "how", "peak memory", "ratio to localbook"],
+        rows,
+        notes,
+    )
 
 
 if __name__ == "__main__":

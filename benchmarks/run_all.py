@@ -3,6 +3,7 @@
 usage: python benchmarks/run_all.py [--device cpu|cuda] [--quick] [--only NAME ...]
        python benchmarks/run_all.py --assemble      (only rebuild RESULTS.md from results/*.md)
 """
+
 import argparse
 import subprocess
 import sys
@@ -46,7 +47,9 @@ def main():
             name = script.stem.removeprefix("bench_")
             if a.only and name not in a.only:
                 continue
-            cmd = [sys.executable, str(script), "--device", a.device] + (["--quick"] if a.quick else [])
+            cmd = [sys.executable, str(script), "--device", a.device] + (
+                ["--quick"] if a.quick else []
+            )
             print(f"=== {script.name} ({a.device})", flush=True)
             t = time.time()
             if subprocess.run(cmd).returncode != 0:

@@ -9,6 +9,7 @@ shipped data), ``plotting`` (every shared figure), ``widgets``, and the modules 
 chapters (density, denoising, attention and language models, entmax, sparse graphs,
 memorization and feature maps, ...). ``_validate`` holds the argument checks every module uses.
 """
+
 from ._validate import default_device
 from .kernels import *  # noqa: F401,F403
 from .local_mean import *  # noqa: F401,F403
@@ -41,6 +42,7 @@ from .datasets import make_digits_views, make_fashion_views, make_multiview_subs
 from .datasets import block_mask, holdout_mask, missing_at_random_mask  # noqa: E402
 from .plotting import draw_attention_graph  # noqa: F401,E402
 
+
 # Modules built on scikit-learn classes load on first use (scikit-learn costs ~1-3 s of import
 # time nobody else pays for): the estimators and the imputer (chapter 10). Their public names
 # are read from the literal ``__all__ = [...]`` of each module's source without importing it
@@ -55,7 +57,11 @@ def _public_names(module: str):
     return ast.literal_eval(found.group(1)) if found else []
 
 
-_LAZY = {name: module for module in ("estimators", "impute") for name in _public_names(module)}
+_LAZY = {
+    name: module
+    for module in ("estimators", "impute")
+    for name in _public_names(module)
+}
 
 
 def __getattr__(name):
@@ -71,5 +77,6 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"

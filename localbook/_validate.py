@@ -5,6 +5,7 @@ scikit-learn's ``check_array``: array-likes become tensors on the reference tens
 float inputs keep their dtype, integer inputs become the default float dtype, and every
 mistake raises a ``TypeError``/``ValueError`` that names the argument.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,24 +51,37 @@ def as_tensor(
         t = value
     else:
         if isinstance(value, (str, bytes)) or value is None:
-            raise TypeError(f"{name} must be an array-like of numbers, got {type(value).__name__}")
+            raise TypeError(
+                f"{name} must be an array-like of numbers, got {type(value).__name__}"
+            )
         try:
             arr = np.asarray(value)
         except Exception as exc:  # ragged lists and the like
             raise TypeError(f"{name} must be an array-like of numbers: {exc}") from None
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-            raise TypeError(f"{name} must be an array-like of numbers, got dtype {arr.dtype}")
+        if arr.dtype == object or not (
+            np.issubdtype(arr.dtype, np.number) or arr.dtype == bool
+        ):
+            raise TypeError(
+                f"{name} must be an array-like of numbers, got dtype {arr.dtype}"
+            )
         t = torch.as_tensor(arr)
     if t.is_complex():
         raise TypeError(f"{name} must be real-valued, got a complex tensor")
     if like is not None:
-        t = t.to(device=like.device, dtype=like.dtype if like.is_floating_point() else _float_dtype(t))
+        t = t.to(
+            device=like.device,
+            dtype=like.dtype if like.is_floating_point() else _float_dtype(t),
+        )
     elif not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
     if ndim is not None and t.ndim not in tuple(ndim):
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape {tuple(t.shape)}"
+        )
     if not allow_empty and t.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one value is needed")
+        raise ValueError(
+            f"{name} is empty (shape {tuple(t.shape)}); at least one value is needed"
+        )
     if finite:
         check_finite(t, name)
     return t
@@ -89,31 +103,50 @@ def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
         from .kernels import chunk_rows, iter_chunks  # kernels imports this module
 
         t2 = t.reshape(t.shape[0], -1) if t.ndim > 1 else t.reshape(-1, 1)
-        rows = chunk_rows(t2.shape[0], t2.shape[1], 1, t2.element_size(), None, t2.device)
-        bad = sum(int((~torch.isfinite(t2[sl])).sum()) for sl in iter_chunks(t2.shape[0], rows))
+        rows = chunk_rows(
+            t2.shape[0], t2.shape[1], 1, t2.element_size(), None, t2.device
+        )
+        bad = sum(
+            int((~torch.isfinite(t2[sl])).sum())
+            for sl in iter_chunks(t2.shape[0], rows)
+        )
     if bad:
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
     return t
 
 
-def warn_empty(n_empty: int, n_total: Optional[int], why: str, *, what: str = "queries",
-               result: str = "their estimates are NaN", hint: str = "", stacklevel: int = 2) -> None:
+def warn_empty(
+    n_empty: int,
+    n_total: Optional[int],
+    why: str,
+    *,
+    what: str = "queries",
+    result: str = "their estimates are NaN",
+    hint: str = "",
+    stacklevel: int = 2,
+) -> None:
     """The one warning for empty neighbourhoods: "``n_empty`` of ``n_total`` ``what`` ``why``;
     ``result``" (without "of ``n_total``" when it is None). Does nothing when ``n_empty`` is 0.
     ``stacklevel`` is the one the caller would give :func:`warnings.warn` (2: its caller)."""
     if n_empty:
         count = f"{n_empty}" if n_total is None else f"{n_empty} of {n_total}"
         msg = f"{count} {what} {why}; {result}"
-        warnings.warn(msg + (f" ({hint})" if hint else ""), UserWarning, stacklevel=stacklevel + 1)
+        warnings.warn(
+            msg + (f" ({hint})" if hint else ""), UserWarning, stacklevel=stacklevel + 1
+        )
 
 
-def check_points(x, name: str = "x", *, like: Optional[torch.Tensor] = None) -> torch.Tensor:
+def check_points(
+    x, name: str = "x", *, like: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """Points as an ``(n, d)`` tensor; a 1-D input means ``d = 1``."""
     t = as_tensor(x, name, like=like, ndim=(1, 2))
     if t.ndim == 1:
         t = t[:, None]
     if t.shape[0] == 0 or t.shape[1] == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one point is needed")
+        raise ValueError(
+            f"{name} is empty (shape {tuple(t.shape)}); at least one point is needed"
+        )
     return t
 
 
@@ -121,7 +154,9 @@ def check_query(x_query, x: torch.Tensor, name: str = "x_query") -> torch.Tensor
     """Query points matching the dimension of the data ``x`` (``(m, d)``)."""
     q = check_points(x_query, name, like=x)
     if q.shape[1] != x.shape[1]:
-        raise ValueError(f"{name} has {q.shape[1]} feature(s) per point but x has {x.shape[1]}")
+        raise ValueError(
+            f"{name} has {q.shape[1]} feature(s) per point but x has {x.shape[1]}"
+        )
     return q
 
 
@@ -129,16 +164,22 @@ def check_targets(y, n: int, *, like: torch.Tensor, name: str = "y"):
     """Targets as ``(n, k)``; returns ``(y2d, squeeze)`` where ``squeeze`` says ``y`` was 1-D."""
     t = as_tensor(y, name, like=like, ndim=(1, 2))
     if t.shape[0] != n:
-        raise ValueError(f"{name} has {t.shape[0]} rows but x has {n} points; they must match")
+        raise ValueError(
+            f"{name} has {t.shape[0]} rows but x has {n} points; they must match"
+        )
     if t.ndim == 1:
         return t[:, None], True
     return t, False
 
 
-def check_bandwidth(bandwidth, d: int, *, like: torch.Tensor, name: str = "bandwidth") -> torch.Tensor:
+def check_bandwidth(
+    bandwidth, d: int, *, like: torch.Tensor, name: str = "bandwidth"
+) -> torch.Tensor:
     """A positive finite bandwidth: a float or a ``(d,)`` vector, returned as a ``(d,)`` tensor."""
     if isinstance(bandwidth, bool):
-        raise TypeError(f"{name} must be a positive number or a ({d},) array, got a bool")
+        raise TypeError(
+            f"{name} must be a positive number or a ({d},) array, got a bool"
+        )
     if isinstance(bandwidth, numbers.Real):
         if not math.isfinite(bandwidth) or bandwidth <= 0:
             raise ValueError(f"{name} must be positive and finite, got {bandwidth}")
@@ -147,22 +188,34 @@ def check_bandwidth(bandwidth, d: int, *, like: torch.Tensor, name: str = "bandw
     if h.ndim == 0:
         h = h.expand(d).clone()
     if h.shape[0] != d:
-        raise ValueError(f"{name} must be a scalar or have one value per dimension ({d}), got shape {tuple(h.shape)}")
+        raise ValueError(
+            f"{name} must be a scalar or have one value per dimension ({d}), got shape {tuple(h.shape)}"
+        )
     if not bool(torch.isfinite(h).all()) or bool((h <= 0).any()):
         raise ValueError(f"{name} must be positive and finite, got {h.tolist()}")
     return h
 
 
-def check_positive_int(value, name: str, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
+def check_positive_int(
+    value, name: str, *, minimum: int = 1, maximum: Optional[int] = None
+) -> int:
     """An integer ``minimum ≤ value (≤ maximum)``."""
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral,)):
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        if (
+            isinstance(value, torch.Tensor)
+            and value.numel() == 1
+            and not value.is_floating_point()
+        ):
             value = int(value)
         else:
             raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
     value = int(value)
     if value < minimum or (maximum is not None and value > maximum):
-        rng = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        rng = (
+            f"between {minimum} and {maximum}"
+            if maximum is not None
+            else f"at least {minimum}"
+        )
         raise ValueError(f"{name} must be {rng}, got {value}")
     return value
 
@@ -176,12 +229,20 @@ def check_positive_float(value, name: str, *, allow_zero: bool = False) -> float
             raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     value = float(value)
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'} and finite, got {value}")
+        raise ValueError(
+            f"{name} must be {'non-negative' if allow_zero else 'positive'} and finite, got {value}"
+        )
     return value
 
 
-def check_fraction(value, name: str, *, allow_zero: bool = False, allow_one: bool = False,
-                   meaning: str = "") -> float:
+def check_fraction(
+    value,
+    name: str,
+    *,
+    allow_zero: bool = False,
+    allow_one: bool = False,
+    meaning: str = "",
+) -> float:
     """A number in the unit interval: ``(0, 1)``; ``allow_zero``/``allow_one`` close either end.
 
     ``meaning`` (e.g. ``" (the spurious fraction d_y/d)"``) is added to the error message.
@@ -195,8 +256,12 @@ def check_fraction(value, name: str, *, allow_zero: bool = False, allow_one: boo
 
 def check_positive_ints(values, name: str) -> list:
     """A non-empty sequence of positive integers (sizes, one per view or layer), as a list."""
-    if isinstance(values, (numbers.Integral, str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a sequence of positive integers, got {type(values).__name__}")
+    if isinstance(values, (numbers.Integral, str, bytes)) or not hasattr(
+        values, "__len__"
+    ):
+        raise TypeError(
+            f"{name} must be a sequence of positive integers, got {type(values).__name__}"
+        )
     if len(values) == 0:
         raise ValueError(f"{name} must be a non-empty sequence of positive integers")
     return [check_positive_int(v, name) for v in values]
@@ -205,27 +270,41 @@ def check_positive_ints(values, name: str) -> list:
 def check_image_shape(image_shape, n_features: Optional[int] = None) -> tuple:
     """``(H, W)`` of flattened images, positive integers; with ``n_features``, ``H·W`` must match it."""
     if image_shape is None:
-        raise ValueError("image_shape is needed for the pixel layer: pass (height, width) of the flattened images")
+        raise ValueError(
+            "image_shape is needed for the pixel layer: pass (height, width) of the flattened images"
+        )
     try:
         hw = tuple(image_shape)
     except TypeError:
-        raise TypeError(f"image_shape must be a (height, width) pair, got {type(image_shape).__name__}") from None
+        raise TypeError(
+            f"image_shape must be a (height, width) pair, got {type(image_shape).__name__}"
+        ) from None
     if len(hw) != 2:
-        raise ValueError(f"image_shape must be a (height, width) pair, got {image_shape!r}")
+        raise ValueError(
+            f"image_shape must be a (height, width) pair, got {image_shape!r}"
+        )
     H = check_positive_int(hw[0], "image_shape[0]")
     W = check_positive_int(hw[1], "image_shape[1]")
     if n_features is not None and H * W != n_features:
-        raise ValueError(f"image_shape {H}×{W} = {H * W} pixels does not match X's {n_features} features")
+        raise ValueError(
+            f"image_shape {H}×{W} = {H * W} pixels does not match X's {n_features} features"
+        )
     return H, W
 
 
-def check_missing_data(X, name: str = "X", like: Optional[torch.Tensor] = None) -> torch.Tensor:
+def check_missing_data(
+    X, name: str = "X", like: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """An ``(n, d)`` float tensor where NaN marks a missing value; infinities are rejected."""
     t = as_tensor(X, name, like=like, ndim=(2,), finite=False)
     if t.shape[0] == 0 or t.shape[1] == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); at least one sample and one feature are needed")
+        raise ValueError(
+            f"{name} is empty (shape {tuple(t.shape)}); at least one sample and one feature are needed"
+        )
     if bool(torch.isinf(t).any()):
-        raise ValueError(f"{name} contains {int(torch.isinf(t).sum())} infinite value(s); only NaN may mark a missing value")
+        raise ValueError(
+            f"{name} contains {int(torch.isinf(t).sum())} infinite value(s); only NaN may mark a missing value"
+        )
     return t
 
 
@@ -238,7 +317,9 @@ def check_index(i, n: int, name: str = "i") -> int:
 def check_choice(value, name: str, choices: Sequence[str]) -> str:
     """One of a fixed set of strings."""
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be one of {list(choices)}, got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be one of {list(choices)}, got {type(value).__name__}"
+        )
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; expected one of {list(choices)}")
     return value
@@ -253,22 +334,34 @@ def check_labels(labels, n: int, *, device=None, name: str = "labels"):
     """
     if isinstance(labels, torch.Tensor):
         if labels.is_floating_point() and not bool((labels == labels.round()).all()):
-            raise TypeError(f"{name} must be integers or strings (class labels), got non-integer floats")
+            raise TypeError(
+                f"{name} must be integers or strings (class labels), got non-integer floats"
+            )
         if labels.is_complex():
-            raise TypeError(f"{name} must be integers or strings (class labels), got complex values")
+            raise TypeError(
+                f"{name} must be integers or strings (class labels), got complex values"
+            )
         arr = labels.detach().cpu().numpy()
     else:
         if isinstance(labels, (str, bytes)) or labels is None:
-            raise TypeError(f"{name} must be an array of class labels, got {type(labels).__name__}")
+            raise TypeError(
+                f"{name} must be an array of class labels, got {type(labels).__name__}"
+            )
         arr = np.asarray(labels)
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},) to match the data, got {tuple(arr.shape)}")
+        raise ValueError(
+            f"{name} must have shape ({n},) to match the data, got {tuple(arr.shape)}"
+        )
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise TypeError(f"{name} must be integers or strings (class labels), got non-integer floats")
+            raise TypeError(
+                f"{name} must be integers or strings (class labels), got non-integer floats"
+            )
         arr = arr.astype(np.int64)
     elif arr.dtype.kind == "c":
-        raise TypeError(f"{name} must be integers or strings (class labels), got complex values")
+        raise TypeError(
+            f"{name} must be integers or strings (class labels), got complex values"
+        )
     classes, codes = np.unique(arr, return_inverse=True)
     codes = torch.as_tensor(codes.reshape(-1), dtype=torch.long, device=device)
     if classes.dtype.kind in "iub":

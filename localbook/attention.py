@@ -26,6 +26,7 @@ multi-head layer :class:`LocalMeanAttention` and the tiny :class:`LocalTransform
 and re-exported here. The language-model pieces of chapter 7 (tokenizer, training loop, bigram baselines) are in :mod:`localbook.language`;
 the graph is drawn by :func:`localbook.plotting.draw_attention_graph`.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,22 +77,42 @@ class TemporalKernel:
 
     def __post_init__(self):
         if not isinstance(self.causal, bool):
-            raise TypeError(f"causal must be True or False, got {type(self.causal).__name__}")
+            raise TypeError(
+                f"causal must be True or False, got {type(self.causal).__name__}"
+            )
         if self.window is not None:
-            object.__setattr__(self, "window", check_positive_int(self.window, "window"))
+            object.__setattr__(
+                self, "window", check_positive_int(self.window, "window")
+            )
         if self.decay is not None:
             if isinstance(self.decay, torch.Tensor) and self.decay.numel() != 1:
                 d = self.decay.detach()
-                if d.ndim != 1 or not bool(torch.isfinite(d).all()) or bool((d < 0).any()):
-                    raise ValueError("decay must be a non-negative float or a 1-D tensor of non-negative per-head rates")
+                if (
+                    d.ndim != 1
+                    or not bool(torch.isfinite(d).all())
+                    or bool((d < 0).any())
+                ):
+                    raise ValueError(
+                        "decay must be a non-negative float or a 1-D tensor of non-negative per-head rates"
+                    )
             else:
-                object.__setattr__(self, "decay", check_positive_float(self.decay, "decay", allow_zero=True))
+                object.__setattr__(
+                    self,
+                    "decay",
+                    check_positive_float(self.decay, "decay", allow_zero=True),
+                )
 
     @property
     def trivial(self) -> bool:
         """True when the kernel is constant (no mask, no window, no decay)."""
-        return not self.causal and self.window is None and (
-            self.decay is None or (not isinstance(self.decay, torch.Tensor) and self.decay == 0))
+        return (
+            not self.causal
+            and self.window is None
+            and (
+                self.decay is None
+                or (not isinstance(self.decay, torch.Tensor) and self.decay == 0)
+            )
+        )
 
     def log_matrix(self, t_q, t_k, *, dtype=None, device=None) -> torch.Tensor:
         """``log κ(t, s)`` for query positions ``t_q`` and key positions ``t_k``.
@@ -100,9 +121,16 @@ class TemporalKernel:
         Returns ``(T_q, T_k)``, or ``(H, T_q, T_k)`` for per-head decay rates.
         """
         dtype = dtype or torch.get_default_dtype()
-        tq = torch.arange(t_q, device=device) if isinstance(t_q, int) else t_q.to(device)
-        tk = torch.arange(t_k, device=device) if isinstance(t_k, int) else t_k.to(device)
-        tq, tk = tq.to(torch.int32), tk.to(torch.int32)  # int32 lags: half the memory of int64
+        tq = (
+            torch.arange(t_q, device=device) if isinstance(t_q, int) else t_q.to(device)
+        )
+        tk = (
+            torch.arange(t_k, device=device) if isinstance(t_k, int) else t_k.to(device)
+        )
+        tq, tk = (
+            tq.to(torch.int32),
+            tk.to(torch.int32),
+        )  # int32 lags: half the memory of int64
         shape = (tq.shape[0], tk.shape[0])
         out = torch.zeros(shape, dtype=dtype, device=device)
         keep = torch.ones(shape, dtype=torch.bool, device=device)
@@ -133,10 +161,14 @@ class TemporalKernel:
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """ALiBi's per-head decay rates ``2^(-8h/H)``, ``h = 1..H`` (Press et al. 2022), ``(H,)``."""
     n_heads = check_positive_int(n_heads, "n_heads")
-    return torch.pow(2.0, -8.0 * torch.arange(1, n_heads + 1, dtype=torch.float64) / n_heads).to(torch.get_default_dtype())
+    return torch.pow(
+        2.0, -8.0 * torch.arange(1, n_heads + 1, dtype=torch.float64) / n_heads
+    ).to(torch.get_default_dtype())
 
 
-def temporal_kernel(T: int, causal: bool = False, window: Optional[int] = None, decay=None) -> torch.Tensor:
+def temporal_kernel(
+    T: int, causal: bool = False, window: Optional[int] = None, decay=None
+) -> torch.Tensor:
     """The ``(T, T)`` temporal kernel matrix ``κ(t, s)`` (see :class:`TemporalKernel`)."""
     T = check_positive_int(T, "T")
     return TemporalKernel(causal=causal, window=window, decay=decay).matrix(T, T)
@@ -145,11 +177,16 @@ def temporal_kernel(T: int, causal: bool = False, window: Optional[int] = None, 
 # --- the local mean ----------------------------------------------------------------------------
 def _check_qkv(q, k, v, check_values: bool = True):
     q = as_tensor(q, "q", finite=False)
-    for name, t in (("k", k), ("v", v)):  # as torch's SDPA: no silent casts between float dtypes
+    for name, t in (
+        ("k", k),
+        ("v", v),
+    ):  # as torch's SDPA: no silent casts between float dtypes
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has dtype {q.dtype}: q, k and v must "
-                            f"share one floating dtype, as in scaled_dot_product_attention (cast "
-                            f"first, e.g. {name}.to(q.dtype))")
+            raise TypeError(
+                f"{name} has dtype {t.dtype} but q has dtype {q.dtype}: q, k and v must "
+                f"share one floating dtype, as in scaled_dot_product_attention (cast "
+                f"first, e.g. {name}.to(q.dtype))"
+            )
     k = as_tensor(k, "k", like=q, finite=False)
     v = as_tensor(v, "v", like=q, finite=False)
     # one host synchronisation for the three tensors (a finite sum proves every entry finite);
@@ -159,11 +196,17 @@ def _check_qkv(q, k, v, check_values: bool = True):
             check_finite(t, name)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
-            raise ValueError(f"{name} must have shape (..., T, d) with at least 2 dimensions, got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have shape (..., T, d) with at least 2 dimensions, got shape {tuple(t.shape)}"
+            )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same feature dimension d, got q: {q.shape[-1]} and k: {k.shape[-1]}")
+        raise ValueError(
+            f"q and k must have the same feature dimension d, got q: {q.shape[-1]} and k: {k.shape[-1]}"
+        )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length T_k (keys and values pair up), got k: {k.shape[-2]} and v: {v.shape[-2]}")
+        raise ValueError(
+            f"k and v must have the same length T_k (keys and values pair up), got k: {k.shape[-2]} and v: {v.shape[-2]}"
+        )
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
@@ -179,29 +222,44 @@ def _temporal_log(temporal, causal: bool, Tq: int, Tk: int, like: torch.Tensor):
         temporal = TemporalKernel(causal=causal)
     if isinstance(temporal, TemporalKernel):
         if causal and not temporal.causal:
-            temporal = TemporalKernel(causal=True, window=temporal.window, decay=temporal.decay)
+            temporal = TemporalKernel(
+                causal=True, window=temporal.window, decay=temporal.decay
+            )
         return temporal
     if isinstance(temporal, dict):
         return _temporal_log(TemporalKernel(**temporal), causal, Tq, Tk, like)
     if not isinstance(temporal, torch.Tensor):
         raise TypeError(
             "temporal must be None, a TemporalKernel, a dict of its fields, or a tensor (boolean mask or "
-            f"log kernel) broadcastable to (..., T_q, T_k); got {type(temporal).__name__}")
+            f"log kernel) broadcastable to (..., T_q, T_k); got {type(temporal).__name__}"
+        )
     if temporal.ndim < 2:
-        raise ValueError(f"a temporal tensor must have shape (..., T_q, T_k) = (..., {Tq}, {Tk}), got shape {tuple(temporal.shape)}")
+        raise ValueError(
+            f"a temporal tensor must have shape (..., T_q, T_k) = (..., {Tq}, {Tk}), got shape {tuple(temporal.shape)}"
+        )
     if temporal.shape[-2] not in (1, Tq) or temporal.shape[-1] not in (1, Tk):
-        raise ValueError(f"a temporal tensor must broadcast to (..., T_q, T_k) = (..., {Tq}, {Tk}), got shape {tuple(temporal.shape)}")
+        raise ValueError(
+            f"a temporal tensor must broadcast to (..., T_q, T_k) = (..., {Tq}, {Tk}), got shape {tuple(temporal.shape)}"
+        )
     t = temporal.to(like.device)
     if t.dtype == torch.bool:
-        t = torch.zeros(t.shape, dtype=like.dtype, device=like.device).masked_fill(~t, -math.inf)
+        t = torch.zeros(t.shape, dtype=like.dtype, device=like.device).masked_fill(
+            ~t, -math.inf
+        )
     elif t.is_floating_point():
         t = t.to(like.dtype)
         if bool(torch.isnan(t).any()) or bool(torch.isposinf(t).any()):
-            raise ValueError("a temporal log kernel must not contain NaN or +inf (use -inf to mask a key)")
+            raise ValueError(
+                "a temporal log kernel must not contain NaN or +inf (use -inf to mask a key)"
+            )
     else:
-        raise TypeError(f"a temporal tensor must be boolean (True = attend) or a floating log kernel, got dtype {t.dtype}")
+        raise TypeError(
+            f"a temporal tensor must be boolean (True = attend) or a floating log kernel, got dtype {t.dtype}"
+        )
     if causal:
-        t = t + TemporalKernel(causal=True).log_matrix(Tq, Tk, dtype=like.dtype, device=like.device)
+        t = t + TemporalKernel(causal=True).log_matrix(
+            Tq, Tk, dtype=like.dtype, device=like.device
+        )
     return t
 
 
@@ -233,11 +291,15 @@ def _check_alpha(alpha, weights, batch):
     """α of ``weights="entmax_bisect"``: a float > 1, or a tensor > 1 broadcastable to ``batch``."""
     if weights != "entmax_bisect":
         if alpha is not None:
-            raise ValueError(f"alpha is used only with weights='entmax_bisect', not weights={weights!r}")
+            raise ValueError(
+                f"alpha is used only with weights='entmax_bisect', not weights={weights!r}"
+            )
         return None
     if alpha is None:
-        raise ValueError("weights='entmax_bisect' needs alpha: a float > 1, or a tensor of α > 1 "
-                         "broadcastable to the batch shape (one α per head: shape (H,))")
+        raise ValueError(
+            "weights='entmax_bisect' needs alpha: a float > 1, or a tensor of α > 1 "
+            "broadcastable to the batch shape (one α per head: shape (H,))"
+        )
     if isinstance(alpha, torch.Tensor):
         if not alpha.is_floating_point():
             raise TypeError(f"alpha must be a floating tensor, got dtype {alpha.dtype}")
@@ -246,15 +308,21 @@ def _check_alpha(alpha, weights, batch):
         except RuntimeError:
             ok = False
         if not ok:
-            raise ValueError(f"alpha of shape {tuple(alpha.shape)} must broadcast to the batch shape "
-                             f"{tuple(batch)} of q, k, v (one α per head: shape (H,))")
+            raise ValueError(
+                f"alpha of shape {tuple(alpha.shape)} must broadcast to the batch shape "
+                f"{tuple(batch)} of q, k, v (one α per head: shape (H,))"
+            )
         with torch.no_grad():
             if not bool((torch.isfinite(alpha) & (alpha > 1)).all()):
-                raise ValueError("alpha must be finite and > 1 (α → 1 is softmax: use weights='softmax')")
+                raise ValueError(
+                    "alpha must be finite and > 1 (α → 1 is softmax: use weights='softmax')"
+                )
         return alpha
     alpha = check_positive_float(alpha, "alpha")
     if not alpha > 1:
-        raise ValueError(f"alpha must be > 1 (α → 1 is softmax: use weights='softmax'), got {alpha}")
+        raise ValueError(
+            f"alpha must be > 1 (α → 1 is softmax: use weights='softmax'), got {alpha}"
+        )
     return alpha
 
 
@@ -266,8 +334,12 @@ def _resolve_weights(weights, alpha=None) -> Callable:
         return lambda s: torch.softmax(s, dim=-1)
     try:
         from . import entmax as _entmax  # lazily: written in its own chapter
-    except ImportError as exc:  # pragma: no cover - depends on the entmax chapter being present
-        raise ImportError(f"weights={name!r} needs localbook.entmax, which could not be imported: {exc}") from None
+    except (
+        ImportError
+    ) as exc:  # pragma: no cover - depends on the entmax chapter being present
+        raise ImportError(
+            f"weights={name!r} needs localbook.entmax, which could not be imported: {exc}"
+        ) from None
     if name == "entmax_bisect" and isinstance(alpha, torch.Tensor):
         # one α per batch entry (head): (..., 1, 1) against the scores (..., rows, T_k); Newton's
         # method on τ for α ≤ 2, bisection beyond (its convexity argument needs α ≤ 2)
@@ -283,8 +355,21 @@ def _resolve_weights(weights, alpha=None) -> Callable:
     return lambda s: fn(s, dim=-1)
 
 
-def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temporal=None,
-            return_weights=False, fused=True, budget=None, alpha=None):
+def _attend(
+    q,
+    k,
+    v,
+    batch,
+    *,
+    causal=False,
+    weights="softmax",
+    scale=None,
+    temporal=None,
+    return_weights=False,
+    fused=True,
+    budget=None,
+    alpha=None,
+):
     """The local mean on validated tensors (no checks on values): see :func:`local_mean_attention`."""
     Tq, Tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     c = 1.0 / math.sqrt(d) if scale is None else scale
@@ -299,16 +384,31 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
     if empty_rows is not None:
         if bool(empty_rows.any()):
             empty = empty_rows
-            warn_empty(int(empty_rows.sum()), None, "have every key masked by the temporal kernel",
-                       what="query row(s)", result="their outputs are NaN", stacklevel=3)
+            warn_empty(
+                int(empty_rows.sum()),
+                None,
+                "have every key masked by the temporal kernel",
+                what="query row(s)",
+                result="their outputs are NaN",
+                stacklevel=3,
+            )
 
     if weights == "softmax" and fused and not return_weights:
         if isinstance(tl, TemporalKernel) and tl.trivial:
             out = F.scaled_dot_product_attention(q, k, v, scale=c)
-        elif isinstance(tl, TemporalKernel) and tl.causal and tl.window is None and tl.decay is None:
+        elif (
+            isinstance(tl, TemporalKernel)
+            and tl.causal
+            and tl.window is None
+            and tl.decay is None
+        ):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=c)
         else:
-            mask = tl if isinstance(tl, torch.Tensor) else tl.log_matrix(Tq, Tk, dtype=q.dtype, device=q.device)
+            mask = (
+                tl
+                if isinstance(tl, torch.Tensor)
+                else tl.log_matrix(Tq, Tk, dtype=q.dtype, device=q.device)
+            )
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=c)
         if empty is not None:
             out = out.masked_fill(empty.expand(*out.shape[:-1])[..., None], math.nan)
@@ -316,7 +416,11 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
 
     fn = _resolve_weights(weights, alpha)
     nontrivial = not (isinstance(tl, TemporalKernel) and tl.trivial)
-    width = max(1, math.prod(batch)) * (2 if return_weights else 1) * (2 if nontrivial else 1)
+    width = (
+        max(1, math.prod(batch))
+        * (2 if return_weights else 1)
+        * (2 if nontrivial else 1)
+    )
     rows = chunk_rows(Tq, Tk, width, q.element_size(), budget, q.device)
     outs, ws = [], []
     for sl in iter_chunks(Tq, rows):
@@ -326,8 +430,10 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
             s = s + lk
         w = fn(s)
         if not isinstance(w, torch.Tensor) or w.shape != s.shape:
-            raise ValueError(f"weights callable must return a tensor of the score shape {tuple(s.shape)}, got "
-                             f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+            raise ValueError(
+                f"weights callable must return a tensor of the score shape {tuple(s.shape)}, got "
+                f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}"
+            )
         outs.append(w @ v)
         if return_weights:
             ws.append(w)
@@ -339,9 +445,20 @@ def _attend(q, k, v, batch, *, causal=False, weights="softmax", scale=None, temp
     return out
 
 
-def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale: Optional[float] = None,
-                         temporal=None, return_weights: bool = False, *, fused: bool = True,
-                         alpha=None, check_values: bool = True):
+def local_mean_attention(
+    q,
+    k,
+    v,
+    causal: bool = False,
+    weights="softmax",
+    scale: Optional[float] = None,
+    temporal=None,
+    return_weights: bool = False,
+    *,
+    fused: bool = True,
+    alpha=None,
+    check_values: bool = True,
+):
     r"""Attention as the temporal self-local mean :math:`\hat v_t = \sum_s w_{ts} v_s`.
 
     The weights are :math:`w_{ts} = \mathrm{norm}_s(c\, q_t \cdot k_s + \log\kappa(t, s))` with
@@ -372,19 +489,34 @@ def local_mean_attention(q, k, v, causal: bool = False, weights="softmax", scale
     outputs, as in SDPA.
     """
     if not isinstance(check_values, bool):
-        raise TypeError(f"check_values must be True or False, got {type(check_values).__name__}")
+        raise TypeError(
+            f"check_values must be True or False, got {type(check_values).__name__}"
+        )
     q, k, v, batch = _check_qkv(q, k, v, check_values)
     alpha = _check_alpha(alpha, weights, batch)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {type(causal).__name__}")
     if not isinstance(return_weights, bool):
-        raise TypeError(f"return_weights must be True or False, got {type(return_weights).__name__}")
+        raise TypeError(
+            f"return_weights must be True or False, got {type(return_weights).__name__}"
+        )
     if not callable(weights):
         check_choice(weights, "weights", list(WEIGHTS))
     if scale is not None:
         scale = check_positive_float(scale, "scale")
-    return _attend(q, k, v, batch, causal=causal, weights=weights, scale=scale, temporal=temporal,
-                   return_weights=return_weights, fused=fused, alpha=alpha)
+    return _attend(
+        q,
+        k,
+        v,
+        batch,
+        causal=causal,
+        weights=weights,
+        scale=scale,
+        temporal=temporal,
+        return_weights=return_weights,
+        fused=fused,
+        alpha=alpha,
+    )
 
 
 # --- layers ------------------------------------------------------------------------------------
@@ -402,13 +534,23 @@ class LocalMeanAttention(nn.Module):
     the parameter is ``alpha_logit`` ``(H,)`` and :attr:`alpha` gives the current α's.
     """
 
-    def __init__(self, d_model: int, n_heads: int = 1, causal: bool = True, temporal=None,
-                 weights="softmax", bias: bool = True, alpha: float = 1.5):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int = 1,
+        causal: bool = True,
+        temporal=None,
+        weights="softmax",
+        bias: bool = True,
+        alpha: float = 1.5,
+    ):
         super().__init__()
         d_model = check_positive_int(d_model, "d_model")
         n_heads = check_positive_int(n_heads, "n_heads")
         if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
+            )
         if not callable(weights):
             check_choice(weights, "weights", list(WEIGHTS))
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
@@ -418,8 +560,12 @@ class LocalMeanAttention(nn.Module):
         if weights == "entmax_bisect":
             alpha = check_positive_float(alpha, "alpha")
             if not 1 < alpha < 2:
-                raise ValueError(f"alpha (the initial α of every head) must be in (1, 2), got {alpha}")
-            self.alpha_logit = nn.Parameter(torch.full((n_heads,), math.log((alpha - 1) / (2 - alpha))))
+                raise ValueError(
+                    f"alpha (the initial α of every head) must be in (1, 2), got {alpha}"
+                )
+            self.alpha_logit = nn.Parameter(
+                torch.full((n_heads,), math.log((alpha - 1) / (2 - alpha)))
+            )
 
     @property
     def alpha(self) -> Optional[torch.Tensor]:
@@ -429,16 +575,33 @@ class LocalMeanAttention(nn.Module):
         return 1 + torch.sigmoid(self.alpha_logit)
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
-        if not isinstance(x, torch.Tensor) or x.shape[-1] != self.d_model or x.ndim not in (2, 3):
-            raise ValueError(f"x must be a tensor of shape (B, T, {self.d_model}) or (T, {self.d_model}), "
-                             f"got {tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        if (
+            not isinstance(x, torch.Tensor)
+            or x.shape[-1] != self.d_model
+            or x.ndim not in (2, 3)
+        ):
+            raise ValueError(
+                f"x must be a tensor of shape (B, T, {self.d_model}) or (T, {self.d_model}), "
+                f"got {tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}"
+            )
         unbatched = x.ndim == 2
         if unbatched:
             x = x[None]
         B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
-        res = _attend(q, k, v, (B, self.n_heads), causal=self.causal, weights=self.weights,
-                      temporal=self.temporal, return_weights=return_weights, alpha=self.alpha)
+        q, k, v = (
+            self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        )
+        res = _attend(
+            q,
+            k,
+            v,
+            (B, self.n_heads),
+            causal=self.causal,
+            weights=self.weights,
+            temporal=self.temporal,
+            return_weights=return_weights,
+            alpha=self.alpha,
+        )
         o, w = res if return_weights else (res, None)
         y = self.out(o.transpose(1, 2).reshape(B, T, self.d_model))
         if unbatched:
@@ -452,10 +615,18 @@ class _Block(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, causal, temporal, weights, alpha=1.5):
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = LocalMeanAttention(d_model, n_heads, causal=causal, temporal=temporal, weights=weights,
-                                       alpha=alpha)
+        self.attn = LocalMeanAttention(
+            d_model,
+            n_heads,
+            causal=causal,
+            temporal=temporal,
+            weights=weights,
+            alpha=alpha,
+        )
         self.ln2 = nn.LayerNorm(d_model)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
+        )
 
     def forward(self, x, return_weights=False):
         a = self.attn(self.ln1(x), return_weights=return_weights)
@@ -476,9 +647,19 @@ class LocalTransformer(nn.Module):
     :class:`LocalMeanAttention`); :meth:`alphas` returns them.
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 context: int = 128, d_ff: Optional[int] = None, temporal=None, weights="softmax",
-                 positional: bool = True, alpha: float = 1.5):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        context: int = 128,
+        d_ff: Optional[int] = None,
+        temporal=None,
+        weights="softmax",
+        positional: bool = True,
+        alpha: float = 1.5,
+    ):
         super().__init__()
         self.vocab_size = check_positive_int(vocab_size, "vocab_size")
         self.context = check_positive_int(context, "context")
@@ -487,19 +668,31 @@ class LocalTransformer(nn.Module):
         d_ff = 4 * d_model if d_ff is None else check_positive_int(d_ff, "d_ff")
         self.tok = nn.Embedding(self.vocab_size, d_model)
         self.pos = nn.Embedding(self.context, d_model) if positional else None
-        self.blocks = nn.ModuleList(_Block(d_model, n_heads, d_ff, True, temporal, weights, alpha)
-                                    for _ in range(n_layers))
+        self.blocks = nn.ModuleList(
+            _Block(d_model, n_heads, d_ff, True, temporal, weights, alpha)
+            for _ in range(n_layers)
+        )
         self.ln = nn.LayerNorm(d_model)
         self.readout = nn.Linear(d_model, self.vocab_size)
 
     def _check_idx(self, idx):
-        if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int64, torch.int32) or idx.ndim not in (1, 2):
-            raise TypeError("idx must be an integer tensor of token ids, shape (B, T) or (T,)")
+        if (
+            not isinstance(idx, torch.Tensor)
+            or idx.dtype not in (torch.int64, torch.int32)
+            or idx.ndim not in (1, 2)
+        ):
+            raise TypeError(
+                "idx must be an integer tensor of token ids, shape (B, T) or (T,)"
+            )
         if idx.shape[-1] > self.context:
-            raise ValueError(f"idx has {idx.shape[-1]} positions but the model's context is {self.context}")
+            raise ValueError(
+                f"idx has {idx.shape[-1]} positions but the model's context is {self.context}"
+            )
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
-            raise ValueError(f"idx must hold token ids in [0, {self.vocab_size}), got values in "
-                             f"[{int(idx.min())}, {int(idx.max())}]")
+            raise ValueError(
+                f"idx must hold token ids in [0, {self.vocab_size}), got values in "
+                f"[{int(idx.min())}, {int(idx.max())}]"
+            )
 
     def forward(self, idx: torch.Tensor, return_weights: bool = False):
         self._check_idx(idx)
@@ -532,17 +725,25 @@ class LocalTransformer(nn.Module):
         return self.forward(idx, return_weights=True)[1]
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, n_new: int, temperature: float = 1.0, seed: int = 0) -> torch.Tensor:
+    def generate(
+        self, idx: torch.Tensor, n_new: int, temperature: float = 1.0, seed: int = 0
+    ) -> torch.Tensor:
         """Sample ``n_new`` tokens after the prompt ``idx (T,)``; returns the ``(T + n_new,)`` ids."""
         n_new = check_positive_int(n_new, "n_new", minimum=0)
         temperature = check_positive_float(temperature, "temperature")
         if not isinstance(idx, torch.Tensor) or idx.ndim != 1 or idx.numel() == 0:
-            raise ValueError("idx must be a non-empty 1-D tensor of token ids (the prompt)")
+            raise ValueError(
+                "idx must be a non-empty 1-D tensor of token ids (the prompt)"
+            )
         g = torch.Generator(device=idx.device).manual_seed(seed)
         out = idx.clone()
-        for _ in range(n_new):  # one new token per step: the loop is over time, not data points
-            logits = self.forward(out[-self.context:])[-1] / temperature
-            nxt = torch.multinomial(torch.softmax(logits.double(), -1).to(logits.dtype), 1, generator=g)
+        for _ in range(
+            n_new
+        ):  # one new token per step: the loop is over time, not data points
+            logits = self.forward(out[-self.context :])[-1] / temperature
+            nxt = torch.multinomial(
+                torch.softmax(logits.double(), -1).to(logits.dtype), 1, generator=g
+            )
             out = torch.cat([out, nxt])
         return out
 

@@ -12,6 +12,7 @@ the old homes (``localbook.sagl``, ``localbook.impute``) still import them. Heav
 dependencies (scikit-learn's digits, the Fashion-MNIST reader) are imported inside the
 function that needs them, so importing this module costs only torch and numpy.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,25 +31,40 @@ from ._validate import (
     check_positive_ints,
 )
 
-__all__ = ["regression_function", "make_regression_1d", "make_regression_2d", "make_blobs"]
+__all__ = [
+    "regression_function",
+    "make_regression_1d",
+    "make_regression_2d",
+    "make_blobs",
+]
 
 _FUNCTIONS = {
     # a curvy function a global line cannot follow, with a steep region and a flat one
     "wiggle": lambda x: torch.sin(2 * math.pi * x) + 0.5 * x,
     "bump": lambda x: torch.exp(-((x - 0.5) ** 2) / 0.02) - 0.5 * x,
     "linear": lambda x: 2.0 * x - 1.0,
-    "doppler": lambda x: torch.sqrt(x * (1 - x)) * torch.sin(2.1 * math.pi / (x + 0.05)),
+    "doppler": lambda x: (
+        torch.sqrt(x * (1 - x)) * torch.sin(2.1 * math.pi / (x + 0.05))
+    ),
 }
 
 
 def regression_function(x, name: str = "wiggle") -> torch.Tensor:
     """The noiseless regression function ``f(x)`` of :func:`make_regression_1d` on ``[0, 1]``."""
     f = _FUNCTIONS[check_choice(name, "name", list(_FUNCTIONS))]
-    return f(torch.as_tensor(x, dtype=torch.get_default_dtype()) if not isinstance(x, torch.Tensor) else x)
+    return f(
+        torch.as_tensor(x, dtype=torch.get_default_dtype())
+        if not isinstance(x, torch.Tensor)
+        else x
+    )
 
 
 def make_regression_1d(
-    n: int = 200, noise: float = 0.3, function: str = "wiggle", seed: int = 0, design: str = "uniform",
+    n: int = 200,
+    noise: float = 0.3,
+    function: str = "wiggle",
+    seed: int = 0,
+    design: str = "uniform",
     dtype: Optional[torch.dtype] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``n`` points ``x ~ U[0, 1]`` (or ``design="clustered"``: denser on the left), ``y = f(x) + noise·ε``.
@@ -63,23 +79,34 @@ def make_regression_1d(
     u = torch.rand(n, generator=g, dtype=dtype)
     x = u if design == "uniform" else u**2
     x, _ = torch.sort(x)
-    y = regression_function(x, function) + noise * torch.randn(n, generator=g, dtype=dtype)
+    y = regression_function(x, function) + noise * torch.randn(
+        n, generator=g, dtype=dtype
+    )
     return x, y
 
 
-def make_regression_2d(n: int = 500, noise: float = 0.1, seed: int = 0, dtype: Optional[torch.dtype] = None):
+def make_regression_2d(
+    n: int = 500, noise: float = 0.1, seed: int = 0, dtype: Optional[torch.dtype] = None
+):
     """``x ~ U[-1, 1]²``, ``y = sin(πx₁)·cos(πx₂/2) + noise·ε``; returns ``x (n, 2)``, ``y (n,)``."""
     n = check_positive_int(n, "n")
     noise = check_positive_float(noise, "noise", allow_zero=True)
     g = torch.Generator().manual_seed(seed)
     dtype = dtype or torch.get_default_dtype()
     x = 2 * torch.rand(n, 2, generator=g, dtype=dtype) - 1
-    y = torch.sin(math.pi * x[:, 0]) * torch.cos(math.pi * x[:, 1] / 2) + noise * torch.randn(n, generator=g, dtype=dtype)
+    y = torch.sin(math.pi * x[:, 0]) * torch.cos(
+        math.pi * x[:, 1] / 2
+    ) + noise * torch.randn(n, generator=g, dtype=dtype)
     return x, y
 
 
 def make_blobs(
-    n: int = 300, centers=3, std: float = 0.5, d: int = 2, seed: int = 0, box: float = 5.0,
+    n: int = 300,
+    centers=3,
+    std: float = 0.5,
+    d: int = 2,
+    seed: int = 0,
+    box: float = 5.0,
     dtype: Optional[torch.dtype] = None,
 ):
     """Isotropic Gaussian blobs. ``centers`` is a count (drawn in ``[-box, box]^d``) or a
@@ -94,7 +121,9 @@ def make_blobs(
     else:
         ctr = torch.as_tensor(centers, dtype=dtype)
         if ctr.ndim != 2:
-            raise ValueError(f"centers must be a count or a (c, d) array, got shape {tuple(ctr.shape)}")
+            raise ValueError(
+                f"centers must be a count or a (c, d) array, got shape {tuple(ctr.shape)}"
+            )
         c, d = ctr.shape
     labels = torch.arange(n) % c
     x = ctr[labels] + std * torch.randn(n, d, generator=g, dtype=dtype)
@@ -105,8 +134,18 @@ def make_blobs(
 _DATA = __import__("pathlib").Path(__file__).with_name("data")
 _OLIVER_SHA256 = "ed6843e69f29aee6606a1fcdeae401d9c6131b2a7f308b912ffa789dbdcc30f5"
 _FASHION_SHA256 = "c7124de626452594435fbc8c4b3f4ee7673c4d674830a0963eaad10fec978ba6"
-FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 __all__ += ["load_oliver_twist", "load_fashion_mnist_subset", "FASHION_MNIST_CLASSES"]
 
 
@@ -126,7 +165,9 @@ def load_oliver_twist() -> str:
 
     raw = gzip.decompress((_DATA / "oliver_twist.txt.gz").read_bytes())
     if _sha256(raw) != _OLIVER_SHA256:
-        raise RuntimeError("oliver_twist.txt.gz is corrupt: its sha256 does not match the recorded one")
+        raise RuntimeError(
+            "oliver_twist.txt.gz is corrupt: its sha256 does not match the recorded one"
+        )
     return raw.decode("utf-8")
 
 
@@ -137,7 +178,9 @@ def load_fashion_mnist_subset():
     """
     path = _DATA / "fashion-mnist-t10k-first200.npz"
     if _sha256(path.read_bytes()) != _FASHION_SHA256:
-        raise RuntimeError(f"{path.name} is corrupt: its sha256 does not match the recorded one")
+        raise RuntimeError(
+            f"{path.name} is corrupt: its sha256 does not match the recorded one"
+        )
     with np.load(path) as d:
         return d["images"].copy(), d["labels"].copy()
 
@@ -157,8 +200,15 @@ def _sphere(n, d, generator, dtype, device):
     return g * (math.sqrt(d) / g.norm(dim=1, keepdim=True))
 
 
-def spurious_gaussian_data(n: int, d: int, alpha: float, generator: Optional[torch.Generator] = None,
-                           counterpart: str = "zero", dtype=None, device=None):
+def spurious_gaussian_data(
+    n: int,
+    d: int,
+    alpha: float,
+    generator: Optional[torch.Generator] = None,
+    counterpart: str = "zero",
+    dtype=None,
+    device=None,
+):
     r"""Samples :math:`z = [x, y]` with core :math:`x` (``d_x = d − d_y``) and spurious :math:`y` (``d_y = round(αd)``).
 
     :math:`x` and :math:`y` are independent and uniform on the spheres of radius :math:`\sqrt{d_x}`,
@@ -177,11 +227,17 @@ def spurious_gaussian_data(n: int, d: int, alpha: float, generator: Optional[tor
     x = _sphere(n, dx, generator, dtype, device)
     y = _sphere(n, dy, generator, dtype, device)
     g = torch.where(x.sum(1) >= 0, 1.0, -1.0).to(dtype)
-    core = torch.zeros_like(x) if counterpart == "zero" else _sphere(n, dx, generator, dtype, device)
+    core = (
+        torch.zeros_like(x)
+        if counterpart == "zero"
+        else _sphere(n, dx, generator, dtype, device)
+    )
     return torch.cat([x, y], 1), g, torch.cat([core, y], 1)
 
 
-def add_noise_border(images, width: int, scale: float = 1.0, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+def add_noise_border(
+    images, width: int, scale: float = 1.0, generator: Optional[torch.Generator] = None
+) -> torch.Tensor:
     r"""Surround each image with a border of i.i.d. :math:`N(0, \text{scale}^2)` noise ``width`` pixels wide.
 
     ``images (n, H, W)`` → ``(n, H + 2·width, W + 2·width)``: the border is the spurious feature
@@ -191,8 +247,15 @@ def add_noise_border(images, width: int, scale: float = 1.0, generator: Optional
     width = check_positive_int(width, "width")
     scale = check_positive_float(scale, "scale", allow_zero=True)
     n, H, W = img.shape
-    out = scale * torch.randn(n, H + 2 * width, W + 2 * width, generator=generator, dtype=img.dtype, device=img.device)
-    out[:, width:width + H, width:width + W] = img
+    out = scale * torch.randn(
+        n,
+        H + 2 * width,
+        W + 2 * width,
+        generator=generator,
+        dtype=img.dtype,
+        device=img.device,
+    )
+    out[:, width : width + H, width : width + W] = img
     return out
 
 
@@ -206,9 +269,11 @@ def spurious_split(images, border: int):
     border = check_positive_int(border, "border")
     H, W = img.shape[1:]
     if 2 * border >= min(H, W):
-        raise ValueError(f"border = {border} leaves no centre in {H}×{W} images; it must be < {min(H, W) / 2}")
+        raise ValueError(
+            f"border = {border} leaves no centre in {H}×{W} images; it must be < {min(H, W) / 2}"
+        )
     mask = torch.ones(H, W, dtype=torch.bool, device=img.device)
-    mask[border:H - border, border:W - border] = False
+    mask[border : H - border, border : W - border] = False
     spurious = img * mask
     return img - spurious, spurious
 
@@ -222,13 +287,23 @@ def _orthonormal(rows: int, cols: int, g: torch.Generator, dtype) -> torch.Tenso
     return q
 
 
-_ACTIVATIONS = (torch.tanh, lambda t: torch.nn.functional.softplus(t) - math.log(2.0), torch.sin)
+_ACTIVATIONS = (
+    torch.tanh,
+    lambda t: torch.nn.functional.softplus(t) - math.log(2.0),
+    torch.sin,
+)
 
 
 def make_multiview_subspaces(
-    n_per_class: int = 60, n_classes: int = 4, latent_dim: int = 12, subspace_dim: int = 3,
-    view_dims: Sequence[int] = (30, 50), nonlinearity: float = 1.0, noise: float = 0.05,
-    seed: int = 0, dtype: Optional[torch.dtype] = None,
+    n_per_class: int = 60,
+    n_classes: int = 4,
+    latent_dim: int = 12,
+    subspace_dim: int = 3,
+    view_dims: Sequence[int] = (30, 50),
+    nonlinearity: float = 1.0,
+    noise: float = 0.05,
+    seed: int = 0,
+    dtype: Optional[torch.dtype] = None,
 ):
     r"""A union of ``n_classes`` linear subspaces seen through several random nonlinear maps.
 
@@ -251,7 +326,9 @@ def make_multiview_subspaces(
     dtype = dtype or torch.get_default_dtype()
     g = torch.Generator().manual_seed(int(seed))
     labels = torch.arange(n_classes).repeat_interleave(n_per_class)
-    bases = torch.stack([_orthonormal(latent_dim, subspace_dim, g, dtype) for _ in range(n_classes)])
+    bases = torch.stack(
+        [_orthonormal(latent_dim, subspace_dim, g, dtype) for _ in range(n_classes)]
+    )
     c = torch.randn(labels.shape[0], subspace_dim, generator=g, dtype=dtype)
     c = c / c.norm(dim=1, keepdim=True)
     latent = torch.einsum("nab,nb->na", bases[labels], c)
@@ -266,7 +343,9 @@ def make_multiview_subspaces(
     return views, labels, latent
 
 
-def _orientation_histograms(images: torch.Tensor, n_bins: int = 9, cell: int = 4) -> torch.Tensor:
+def _orientation_histograms(
+    images: torch.Tensor, n_bins: int = 9, cell: int = 4
+) -> torch.Tensor:
     """HOG-like features: per ``cell × cell`` block, a histogram of unsigned gradient orientations
     weighted by gradient magnitude, each cell's histogram L2-normalized. ``(n, h, w)`` → ``(n, cells·n_bins)``."""
     gy, gx = torch.gradient(images, dim=(1, 2))
@@ -280,7 +359,9 @@ def _orientation_histograms(images: torch.Tensor, n_bins: int = 9, cell: int = 4
     cell_id = (cy[:, None] * ncx + cx[None, :]).expand(n, h, w)
     n_cells = ((h + cell - 1) // cell) * ncx
     idx = (cell_id * n_bins + bins).reshape(n, -1)
-    hist = torch.zeros(n, n_cells * n_bins, dtype=images.dtype).scatter_add_(1, idx, mag.reshape(n, -1))
+    hist = torch.zeros(n, n_cells * n_bins, dtype=images.dtype).scatter_add_(
+        1, idx, mag.reshape(n, -1)
+    )
     hist = hist.reshape(n, n_cells, n_bins)
     hist = hist / hist.norm(dim=2, keepdim=True).clamp(min=1e-12)
     return hist.reshape(n, -1)
@@ -296,7 +377,9 @@ def _balanced_subset(target: torch.Tensor, n_per_class: int, seed: int) -> torch
     return torch.cat(keep)
 
 
-def make_digits_views(n_per_class: int = 40, seed: int = 0, dtype: Optional[torch.dtype] = None):
+def make_digits_views(
+    n_per_class: int = 40, seed: int = 0, dtype: Optional[torch.dtype] = None
+):
     """Two views of scikit-learn's handwritten digits (offline): raw pixels and gradient histograms.
 
     Draws ``n_per_class`` images of each digit (``n = 10·n_per_class``, rows grouped by class).
@@ -304,7 +387,9 @@ def make_digits_views(n_per_class: int = 40, seed: int = 0, dtype: Optional[torc
     unsigned orientation bins of the image gradient, each cell L2-normalized (HOG-like, 96 features). Returns
     ``views`` (list of two ``(n, d_v)`` tensors) and ``labels (n,)``.
     """
-    from sklearn.datasets import load_digits  # scikit-learn is imported only when needed
+    from sklearn.datasets import (
+        load_digits,
+    )  # scikit-learn is imported only when needed
 
     n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=174)
     dtype = dtype or torch.get_default_dtype()
@@ -313,12 +398,19 @@ def make_digits_views(n_per_class: int = 40, seed: int = 0, dtype: Optional[torc
     target = torch.as_tensor(data.target)
     keep = _balanced_subset(target, n_per_class, seed)
     images = images[keep]
-    views = [images.reshape(len(keep), -1), _orientation_histograms(images, n_bins=6, cell=2)]
+    views = [
+        images.reshape(len(keep), -1),
+        _orientation_histograms(images, n_bins=6, cell=2),
+    ]
     return views, target[keep].long()
 
 
-def make_fashion_views(n_per_class: int = 200, seed: int = 0, split: str = "test",
-                       dtype: Optional[torch.dtype] = None):
+def make_fashion_views(
+    n_per_class: int = 200,
+    seed: int = 0,
+    split: str = "test",
+    dtype: Optional[torch.dtype] = None,
+):
     """Three heterogeneous views of Fashion-MNIST images (a local copy; never downloads).
 
     Draws ``n_per_class`` images of each of the ten classes from ``split`` (rows grouped by
@@ -329,18 +421,27 @@ def make_fashion_views(n_per_class: int = 200, seed: int = 0, split: str = "test
     """
     from .fashion_mnist import load_fashion_mnist
 
-    n_per_class = check_positive_int(n_per_class, "n_per_class", minimum=2, maximum=1000)
+    n_per_class = check_positive_int(
+        n_per_class, "n_per_class", minimum=2, maximum=1000
+    )
     dtype = dtype or torch.get_default_dtype()
-    images, target = load_fashion_mnist(split)  # disk first; the checked download in Colab
+    images, target = load_fashion_mnist(
+        split
+    )  # disk first; the checked download in Colab
     images = torch.as_tensor(images).to(dtype) / 255.0
     target = torch.as_tensor(target).long()
     keep = _balanced_subset(target, n_per_class, seed)
     im = images[keep]
     n = len(keep)
     pooled = torch.nn.functional.avg_pool2d(im[:, None], 2).reshape(n, -1)
-    proj = torch.randn(196, 256, generator=torch.Generator().manual_seed(1234), dtype=dtype)
-    views = [im.reshape(n, -1), _orientation_histograms(im, n_bins=9, cell=4),
-             torch.relu(pooled @ proj / 14.0)]
+    proj = torch.randn(
+        196, 256, generator=torch.Generator().manual_seed(1234), dtype=dtype
+    )
+    views = [
+        im.reshape(n, -1),
+        _orientation_histograms(im, n_bins=9, cell=4),
+        torch.relu(pooled @ proj / 14.0),
+    ]
     return views, target[keep]
 
 
@@ -373,12 +474,18 @@ def block_mask(n_samples: int, image_shape, block: int, seed: int = 0) -> np.nda
     left = rng.integers(0, W - block + 1, n_samples)
     rows = np.arange(H)[None, :, None]
     cols = np.arange(W)[None, None, :]
-    m = ((rows >= top[:, None, None]) & (rows < top[:, None, None] + block)
-         & (cols >= left[:, None, None]) & (cols < left[:, None, None] + block))
+    m = (
+        (rows >= top[:, None, None])
+        & (rows < top[:, None, None] + block)
+        & (cols >= left[:, None, None])
+        & (cols < left[:, None, None] + block)
+    )
     return m.reshape(n_samples, H * W)
 
 
-def holdout_mask(X, fraction: float = 0.1, seed: int = 0, max_rows: Optional[int] = None) -> np.ndarray:
+def holdout_mask(
+    X, fraction: float = 0.1, seed: int = 0, max_rows: Optional[int] = None
+) -> np.ndarray:
     """Hide a random part of the *observed* values: ``(n, d)`` bool, ``True`` = hidden.
 
     Each observed entry (not NaN) of ``X (n, d)`` is hidden independently with probability
@@ -387,14 +494,20 @@ def holdout_mask(X, fraction: float = 0.1, seed: int = 0, max_rows: Optional[int
     imputing ``X`` with the marked entries set to NaN and scoring them needs no ground truth.
     """
     fraction = check_fraction(fraction, "fraction")
-    A = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=float)
+    A = (
+        X.detach().cpu().numpy()
+        if isinstance(X, torch.Tensor)
+        else np.asarray(X, dtype=float)
+    )
     if A.ndim != 2:
         raise ValueError(f"X must be 2-D, got shape {A.shape}")
     observed = ~np.isnan(A)
     rng = np.random.default_rng(seed)
     rows = np.flatnonzero(observed.sum(1) >= 2)
     if max_rows is not None and len(rows) > max_rows:
-        rows = np.sort(rng.choice(rows, check_positive_int(max_rows, "max_rows"), replace=False))
+        rows = np.sort(
+            rng.choice(rows, check_positive_int(max_rows, "max_rows"), replace=False)
+        )
     hide = np.zeros(A.shape, dtype=bool)
     hide[rows] = (rng.random((len(rows), A.shape[1])) < fraction) & observed[rows]
     return hide

@@ -20,6 +20,7 @@ sampler for the diffusion models (DDPM) of :cite:`ho2020ddpm`), a small denoisin
 :cite:`vincent2011` with its training loop, and the modern Hopfield update
 :cite:`ramsauer2021hopfield`, a local mean with an exponential dot-product kernel.
 """
+
 from __future__ import annotations
 
 import math
@@ -127,7 +128,9 @@ def gaussian_mixture_denoise(x_noisy, means, stds, sigma, weights=None) -> torch
     s = as_tensor(stds, "stds", like=mu, ndim=(0, 1))
     s = s.expand(c) if s.ndim == 0 else s
     if s.shape[0] != c:
-        raise ValueError(f"stds must be a scalar or have one value per component ({c}), got shape {tuple(s.shape)}")
+        raise ValueError(
+            f"stds must be a scalar or have one value per component ({c}), got shape {tuple(s.shape)}"
+        )
     if bool((s < 0).any()):
         raise ValueError("stds must be non-negative")
     if weights is None:
@@ -135,7 +138,9 @@ def gaussian_mixture_denoise(x_noisy, means, stds, sigma, weights=None) -> torch
     else:
         w = as_tensor(weights, "weights", like=mu, ndim=(1,))
         if w.shape[0] != c:
-            raise ValueError(f"weights must have one value per component ({c}), got {w.shape[0]}")
+            raise ValueError(
+                f"weights must have one value per component ({c}), got {w.shape[0]}"
+            )
         if bool((w <= 0).any()):
             raise ValueError("weights must be positive")
         logw = torch.log(w)
@@ -155,7 +160,9 @@ def gaussian_mixture_denoise(x_noisy, means, stds, sigma, weights=None) -> torch
 
 
 # --- samplers --------------------------------------------------------------------------------
-def sigma_schedule(sigma_max: float, sigma_min: float, n_levels: int, kind: str = "geometric") -> torch.Tensor:
+def sigma_schedule(
+    sigma_max: float, sigma_min: float, n_levels: int, kind: str = "geometric"
+) -> torch.Tensor:
     """A decreasing noise schedule of ``n_levels`` values from ``sigma_max`` to ``sigma_min``.
 
     ``kind="geometric"`` (equal ratios, Song & Ermon) or ``"linear"``; float64 tensor ``(n_levels,)``.
@@ -173,22 +180,30 @@ def sigma_schedule(sigma_max: float, sigma_min: float, n_levels: int, kind: str 
 
 def _check_sampler_args(denoiser, x_init, sigmas):
     if not callable(denoiser):
-        raise TypeError(f"denoiser must be a callable denoiser(x, sigma) -> (m, d), got {type(denoiser).__name__}")
+        raise TypeError(
+            f"denoiser must be a callable denoiser(x, sigma) -> (m, d), got {type(denoiser).__name__}"
+        )
     x = check_points(x_init, "x_init")
     s = as_tensor(sigmas, "sigmas", ndim=(0, 1))
     s = s.reshape(-1)
     if bool((s <= 0).any()):
         raise ValueError("sigmas must be positive")
     if s.numel() > 1 and bool((s[1:] > s[:-1]).any()):
-        raise ValueError("sigmas must be non-increasing (from the largest noise level down)")
+        raise ValueError(
+            "sigmas must be non-increasing (from the largest noise level down)"
+        )
     return x, [float(v) for v in s]
 
 
 def _denoise(denoiser, x, sigma):
     out = denoiser(x, sigma)
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"denoiser must return a tensor of the input's shape {tuple(x.shape)}, got {shape}")
+        shape = (
+            tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        )
+        raise ValueError(
+            f"denoiser must return a tensor of the input's shape {tuple(x.shape)}, got {shape}"
+        )
     return out.to(dtype=x.dtype)
 
 
@@ -227,7 +242,9 @@ def annealed_langevin(
         for _ in range(n_steps):
             score = (_denoise(denoiser, x, sigma) - x) / (sigma * sigma)
             dev = x.device if generator is None else generator.device
-            z = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=dev).to(x.device)
+            z = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=dev).to(
+                x.device
+            )
             x = x + 0.5 * alpha * score + math.sqrt(alpha) * z
     if final_denoise:
         x = _denoise(denoiser, x, levels[-1])
@@ -235,7 +252,9 @@ def annealed_langevin(
 
 
 @torch.no_grad()
-def probability_flow_sample(denoiser: Denoiser, x_init, sigmas, final_denoise: bool = True) -> torch.Tensor:
+def probability_flow_sample(
+    denoiser: Denoiser, x_init, sigmas, final_denoise: bool = True
+) -> torch.Tensor:
     r"""The deterministic DDIM sampler (:math:`\eta = 0`), Song, Meng & Ermon :cite:`song2021ddim`.
 
     It is the Euler method on the probability-flow ODE :cite:`song2021sde`, written in the
@@ -275,7 +294,9 @@ class DenoisingAutoencoder(nn.Module):
     ``seed`` makes the initialization reproducible without touching the global RNG.
     """
 
-    def __init__(self, dim: int, hidden: int = 128, depth: int = 2, seed: Optional[int] = None):
+    def __init__(
+        self, dim: int, hidden: int = 128, depth: int = 2, seed: Optional[int] = None
+    ):
         super().__init__()
         self.dim = check_positive_int(dim, "dim")
         hidden = check_positive_int(hidden, "hidden")
@@ -296,15 +317,24 @@ class DenoisingAutoencoder(nn.Module):
         p = next(self.parameters())
         x = check_points(x, "x", like=p)
         if x.shape[1] != self.dim:
-            raise ValueError(f"x has {x.shape[1]} feature(s) per point but the model expects {self.dim}")
+            raise ValueError(
+                f"x has {x.shape[1]} feature(s) per point but the model expects {self.dim}"
+            )
         if isinstance(sigma, torch.Tensor) and sigma.ndim > 0:
             s = sigma.to(device=p.device, dtype=p.dtype).reshape(-1)
             if s.shape[0] != x.shape[0]:
-                raise ValueError(f"sigma must be a float or have one value per row ({x.shape[0]}), got {s.shape[0]}")
+                raise ValueError(
+                    f"sigma must be a float or have one value per row ({x.shape[0]}), got {s.shape[0]}"
+                )
             if bool((s <= 0).any()):
                 raise ValueError("sigma must be positive")
         else:
-            s = torch.full((x.shape[0],), check_positive_float(sigma, "sigma"), dtype=p.dtype, device=p.device)
+            s = torch.full(
+                (x.shape[0],),
+                check_positive_float(sigma, "sigma"),
+                dtype=p.dtype,
+                device=p.device,
+            )
         sd = self.data_std
         total = torch.sqrt(s * s + sd * sd)[:, None]
         c_skip = sd * sd / (total * total)
@@ -339,11 +369,15 @@ def train_dae(
     step, ``(n_steps,)``.
     """
     if not isinstance(model, DenoisingAutoencoder):
-        raise TypeError(f"model must be a DenoisingAutoencoder, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a DenoisingAutoencoder, got {type(model).__name__}"
+        )
     p = next(model.parameters())
     x = check_points(x_train, "x_train", like=p)
     if x.shape[1] != model.dim:
-        raise ValueError(f"x_train has {x.shape[1]} feature(s) per point but the model expects {model.dim}")
+        raise ValueError(
+            f"x_train has {x.shape[1]} feature(s) per point but the model expects {model.dim}"
+        )
     levels = as_tensor(sigmas, "sigmas", like=p, ndim=(0, 1)).reshape(-1)
     if bool((levels <= 0).any()):
         raise ValueError("sigmas must be positive")
@@ -368,7 +402,9 @@ def _train_loop(model, x, levels, n_steps, batch_size, lr, seed, progress):
 
     with torch.no_grad():
         model.data_mean.copy_(x.mean(0))
-        model.data_std.copy_(x.std() if x.shape[0] > 1 else torch.ones((), dtype=p.dtype))
+        model.data_std.copy_(
+            x.std() if x.shape[0] > 1 else torch.ones((), dtype=p.dtype)
+        )
         model.data_std.clamp_(min=1e-8)
     g = torch.Generator(device=p.device).manual_seed(int(seed))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -376,11 +412,22 @@ def _train_loop(model, x, levels, n_steps, batch_size, lr, seed, progress):
     losses = torch.empty(n_steps, dtype=p.dtype, device=p.device)
     sd = model.data_std
     model.train()
-    bar = tqdm(range(n_steps), desc="training DAE", disable=not progress_enabled(progress), leave=False)
+    bar = tqdm(
+        range(n_steps),
+        desc="training DAE",
+        disable=not progress_enabled(progress),
+        leave=False,
+    )
     for step in bar:
         idx = torch.randint(0, x.shape[0], (batch_size,), generator=g, device=p.device)
-        s = levels[torch.randint(0, levels.shape[0], (batch_size,), generator=g, device=p.device)]
-        eps = torch.randn(batch_size, x.shape[1], generator=g, device=p.device, dtype=p.dtype)
+        s = levels[
+            torch.randint(
+                0, levels.shape[0], (batch_size,), generator=g, device=p.device
+            )
+        ]
+        eps = torch.randn(
+            batch_size, x.shape[1], generator=g, device=p.device, dtype=p.dtype
+        )
         clean = x[idx]
         out = model(clean + s[:, None] * eps, s)
         weight = (s * s + sd * sd) / (s * s * sd * sd)  # 1 / c_out²

@@ -12,6 +12,7 @@ general profile the shift follows the gradient of the KDE built with the *shadow
 (Cheng 1995; Comaniciu & Meer 2002). Everything here runs on the input's device and dtype and does
 its pairwise work in row chunks through :mod:`localbook.kernels`.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,17 @@ from ._validate import (
     check_query,
 )
 from .kernels import (
-    KERNELS, Kernel, _first_seen, _knn, _row_keys, _unique_rows, chunk_rows, get_kernel, iter_chunks,
-    local_average, scaled_sq_dist,
+    KERNELS,
+    Kernel,
+    _first_seen,
+    _knn,
+    _row_keys,
+    _unique_rows,
+    chunk_rows,
+    get_kernel,
+    iter_chunks,
+    local_average,
+    scaled_sq_dist,
 )
 
 __all__ = [
@@ -58,15 +68,22 @@ def _log_linear(u2: torch.Tensor) -> torch.Tensor:
 _LINEAR = Kernel("linear", _log_linear, compact=True)
 
 # Compact profiles of the form (1 - u^a)^p on u <= 1: (a, p).
-_POLY = {"uniform": (2.0, 0.0), "epanechnikov": (2.0, 1.0), "biweight": (2.0, 2.0), "tricube": (3.0, 3.0),
-         "linear": (1.0, 1.0)}
+_POLY = {
+    "uniform": (2.0, 0.0),
+    "epanechnikov": (2.0, 1.0),
+    "biweight": (2.0, 2.0),
+    "tricube": (3.0, 3.0),
+    "linear": (1.0, 1.0),
+}
 _KDE_KERNELS = list(KERNELS) + ["linear"]
 
 
 def _kde_kernel(kernel) -> Kernel:
     if isinstance(kernel, Kernel):
         if kernel.name not in _KDE_KERNELS:
-            raise ValueError(f"kernel {kernel.name!r} has no known normalizing constant; expected one of {_KDE_KERNELS}")
+            raise ValueError(
+                f"kernel {kernel.name!r} has no known normalizing constant; expected one of {_KDE_KERNELS}"
+            )
         return kernel
     name = check_choice(kernel, "kernel", _KDE_KERNELS)
     return _LINEAR if name == "linear" else KERNELS[name]
@@ -93,7 +110,9 @@ def log_kernel_constant(kernel: str, d: int) -> float:
     return log_sphere + log_beta - math.log(a)
 
 
-def kde(x_query, x, bandwidth, kernel: str = "gaussian", log: bool = False) -> torch.Tensor:
+def kde(
+    x_query, x, bandwidth, kernel: str = "gaussian", log: bool = False
+) -> torch.Tensor:
     r"""Normalized kernel density estimate :math:`\hat p(q) = \frac{1}{n c \prod_j h_j}\sum_i k(|(q - x_i)/h|)`.
 
     Shapes: ``x_query (m, d)``, ``x (n, d)`` (1-D means ``d = 1``), ``bandwidth`` a float or
@@ -111,7 +130,9 @@ def kde(x_query, x, bandwidth, kernel: str = "gaussian", log: bool = False) -> t
         raise TypeError(f"log must be a bool, got {type(log).__name__}")
     n, d = x.shape
     _, log_sum = local_average(xq, x, None, h, kern, warn_empty=False)
-    log_p = log_sum - (math.log(n) + float(torch.log(h).sum()) + log_kernel_constant(kern.name, d))
+    log_p = log_sum - (
+        math.log(n) + float(torch.log(h).sum()) + log_kernel_constant(kern.name, d)
+    )
     return log_p if log else torch.exp(log_p)
 
 
@@ -202,30 +223,41 @@ def _bin_seeds(x: torch.Tensor, h: torch.Tensor, min_bin_freq: int) -> torch.Ten
     """scikit-learn's ``get_bin_seeds``: grid cells of side ``h`` holding ≥ ``min_bin_freq`` points."""
     bins = torch.round(x / h)
     _, first, inverse = _first_seen(_row_keys(bins))
-    if not torch.equal(bins[first][inverse], bins):  # a hash collision: the exact row-wise unique
+    if not torch.equal(
+        bins[first][inverse], bins
+    ):  # a hash collision: the exact row-wise unique
         uniq, inverse = torch.unique(bins, dim=0, return_inverse=True)
         order = torch.arange(x.shape[0], device=x.device)
-        first = torch.full((uniq.shape[0],), x.shape[0], dtype=order.dtype, device=x.device)
+        first = torch.full(
+            (uniq.shape[0],), x.shape[0], dtype=order.dtype, device=x.device
+        )
         first = first.scatter_reduce(0, inverse, order, reduce="amin")
     counts = torch.bincount(inverse, minlength=first.numel())
     first = first[counts >= min_bin_freq]
     uniq = bins[torch.sort(first).values]  # first-seen order, as a Python dict keeps it
     if uniq.shape[0] == x.shape[0]:
-        warnings.warn(f"Binning data failed with bin size {h.tolist()}; using the data points as seeds", UserWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"Binning data failed with bin size {h.tolist()}; using the data points as seeds",
+            UserWarning,
+            stacklevel=3,
+        )
         return x
     # scikit-learn stores the bin indices in float32 and scales them there
     return (uniq.to(torch.float32) * h.to(torch.float32)).to(x.dtype)
 
 
-def _merge_modes(points: torch.Tensor, log_mass: torch.Tensor, h: torch.Tensor, radius: float):
+def _merge_modes(
+    points: torch.Tensor, log_mass: torch.Tensor, h: torch.Tensor, radius: float
+):
     """Greedy merge: strongest first (ties: larger coordinates first); drop points within ``radius``
     bandwidths of a kept one. Returns the kept indices into ``points``, strongest first."""
     k, d = points.shape
     # exact duplicates count once, keeping the last one's mass (a dict keyed by the centre)
     uniq, inverse = torch.unique(points, dim=0, return_inverse=True)
     last = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=points.device)
-    last = last.scatter_reduce(0, inverse, torch.arange(k, device=points.device), reduce="amax")
+    last = last.scatter_reduce(
+        0, inverse, torch.arange(k, device=points.device), reduce="amax"
+    )
     order = last
     for j in reversed(range(d)):
         order = order[torch.argsort(points[order, j], descending=True, stable=True)]
@@ -325,14 +357,21 @@ def mean_shift(
         if path is not None:
             path.append(pos.clone())
     if not bool(alive.any()):
-        raise ValueError(f"no data point lies within bandwidth={h.tolist()} of any seed; use other seeds or a "
-                         "larger bandwidth")
+        raise ValueError(
+            f"no data point lies within bandwidth={h.tolist()} of any seed; use other seeds or a "
+            "larger bandwidth"
+        )
     ends, mass = pos[alive], log_mass[alive]
     kept = _merge_modes(ends, mass, h, merge_radius)
     modes = ends[kept]
     labels = _nearest(x, modes, h)
-    return MeanShiftResult(modes=modes, labels=labels, n_iter=n_iter, intensity=torch.exp(mass[kept]),
-                           path=torch.stack(path) if path is not None else None)
+    return MeanShiftResult(
+        modes=modes,
+        labels=labels,
+        n_iter=n_iter,
+        intensity=torch.exp(mass[kept]),
+        path=torch.stack(path) if path is not None else None,
+    )
 
 
 def blurring_mean_shift(
@@ -368,7 +407,9 @@ def blurring_mean_shift(
     path = [y.clone()] if return_path else None
     n_iter = 0
     for t in range(max_iter):
-        mean, _ = _local_step(y, y, h, kern)  # every point is in its own ball: no empties
+        mean, _ = _local_step(
+            y, y, h, kern
+        )  # every point is in its own ball: no empties
         step = float(torch.linalg.vector_norm((mean - y) / h, dim=1).max())
         y = mean
         n_iter = t + 1
@@ -379,12 +420,18 @@ def blurring_mean_shift(
     _, log_mass = local_average(y, y, None, h, kern, warn_empty=False)
     kept = _merge_modes(y, log_mass, h, merge_radius)
     modes = y[kept]
-    return MeanShiftResult(modes=modes, labels=_nearest(y, modes, h), n_iter=n_iter,
-                           intensity=torch.exp(log_mass[kept]),
-                           path=torch.stack(path) if path is not None else None)
+    return MeanShiftResult(
+        modes=modes,
+        labels=_nearest(y, modes, h),
+        n_iter=n_iter,
+        intensity=torch.exp(log_mass[kept]),
+        path=torch.stack(path) if path is not None else None,
+    )
 
 
-def _medoid_successors(pts: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, kern: Kernel):
+def _medoid_successors(
+    pts: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, kern: Kernel
+):
     """Weighted medoid of every point's neighbourhood (point masses ``weight``): the point nearest
     its local mean, itself on ties. Returns the successor indices ``(c,)`` and ``log Σ K·weight``."""
     c = pts.shape[0]
@@ -399,12 +446,17 @@ def _medoid_successors(pts: torch.Tensor, weight: torch.Tensor, h: torch.Tensor,
         d2 = scaled_sq_dist(mean[sl], pts, h, center)
         best = d2.argmin(1)
         own = torch.arange(sl.start, sl.stop, device=pts.device)
-        stay = d2[torch.arange(own.numel(), device=pts.device), own] <= d2.gather(1, best[:, None])[:, 0]
+        stay = (
+            d2[torch.arange(own.numel(), device=pts.device), own]
+            <= d2.gather(1, best[:, None])[:, 0]
+        )
         nxt[sl] = torch.where(stay, own, best)
     return nxt, log_mass
 
 
-def _medoid_successors_precomputed(dist: torch.Tensor, weight: torch.Tensor, h: float, kern: Kernel):
+def _medoid_successors_precomputed(
+    dist: torch.Tensor, weight: torch.Tensor, h: float, kern: Kernel
+):
     """The same from a distance matrix ``(c, c)``: the successor of ``i`` minimizes the weighted
     spread ``Σ_l w_il d(l, j)²`` over ``j`` (itself on ties), ``w_il ∝ K(d(i, l)/h) weight_l``."""
     c = dist.shape[0]
@@ -414,7 +466,9 @@ def _medoid_successors_precomputed(dist: torch.Tensor, weight: torch.Tensor, h: 
     log_mass = torch.empty(c, dtype=dist.dtype, device=dist.device)
     rows = chunk_rows(c, c, 1, dist.element_size(), device=dist.device)
     for sl in iter_chunks(c, rows):
-        log_w = kern.log_profile(d2[sl] / (h * h)) + log_weight  # the diagonal keeps every row non-empty
+        log_w = (
+            kern.log_profile(d2[sl] / (h * h)) + log_weight
+        )  # the diagonal keeps every row non-empty
         log_mass[sl] = torch.logsumexp(log_w, 1)
         spread = torch.exp(log_w - log_mass[sl, None]) @ d2  # (rows, c)
         best = spread.argmin(1)
@@ -430,20 +484,28 @@ def _check_distances(dist, name: str = "x") -> torch.Tensor:
     difference of squares); returned symmetrized."""
     d = as_tensor(dist, name, ndim=(2,))
     if d.shape[0] != d.shape[1]:
-        raise ValueError(f"{name} must be a square (n, n) distance matrix with metric='precomputed', "
-                         f"got shape {tuple(d.shape)}")
+        raise ValueError(
+            f"{name} must be a square (n, n) distance matrix with metric='precomputed', "
+            f"got shape {tuple(d.shape)}"
+        )
     if bool((d < 0).any()):
-        raise ValueError(f"{name} must hold non-negative distances, got {int((d < 0).sum())} negative "
-                         f"entries (smallest {float(d.min()):.3g})")
+        raise ValueError(
+            f"{name} must hold non-negative distances, got {int((d < 0).sum())} negative "
+            f"entries (smallest {float(d.min()):.3g})"
+        )
     slack = math.sqrt(torch.finfo(d.dtype).eps) * float(d.max())
     asym = float((d - d.T).abs().max())
     if asym > slack:
-        raise ValueError(f"{name} must be a symmetric distance matrix: max |{name} - {name}ᵀ| = {asym:.3g} "
-                         f"exceeds the rounding allowance {slack:.3g}")
+        raise ValueError(
+            f"{name} must be a symmetric distance matrix: max |{name} - {name}ᵀ| = {asym:.3g} "
+            f"exceeds the rounding allowance {slack:.3g}"
+        )
     diag = float(d.diagonal().abs().max())
     if diag > slack:
-        raise ValueError(f"{name} must have a zero diagonal (each point at distance 0 from itself), "
-                         f"got an entry {diag:.3g}")
+        raise ValueError(
+            f"{name} must have a zero diagonal (each point at distance 0 from itself), "
+            f"got an entry {diag:.3g}"
+        )
     d = 0.5 * (d + d.T)
     d.fill_diagonal_(0.0)
     return d
@@ -457,11 +519,19 @@ def _follow(nxt: torch.Tensor) -> tuple:
         if bool((jumped == root).all()):
             return root, rounds
         root = jumped
-    raise RuntimeError("medoid shift's successor map has a cycle (ties between distinct points)")
+    raise RuntimeError(
+        "medoid shift's successor map has a cycle (ties between distinct points)"
+    )
 
 
-def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1, *,
-                 metric: str = "euclidean") -> MeanShiftResult:
+def medoid_shift(
+    x,
+    bandwidth,
+    kernel: str = "gaussian",
+    max_rounds: int = 1,
+    *,
+    metric: str = "euclidean",
+) -> MeanShiftResult:
     r"""Medoid shift (Sheikh, Khan & Kanade 2007): shifts restricted to the data points.
 
     Point :math:`i` moves to the data point :math:`j` minimizing the local weighted spread
@@ -499,6 +569,7 @@ def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1, *,
 
         def successors(idx, weight):
             return _medoid_successors(data[idx], weight, h, kern)
+
     n = data.shape[0]
     idx = torch.arange(n, device=data.device)  # data index of each current candidate
     weight = torch.ones(n, dtype=data.dtype, device=data.device)
@@ -510,7 +581,9 @@ def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1, *,
         root, _ = _follow(nxt)
         roots, inverse = torch.unique(root, return_inverse=True)
         owner = inverse[owner]
-        weight = torch.zeros(roots.numel(), dtype=data.dtype, device=data.device).index_add_(0, inverse, weight)
+        weight = torch.zeros(
+            roots.numel(), dtype=data.dtype, device=data.device
+        ).index_add_(0, inverse, weight)
         merged = roots.numel() < idx.numel()
         idx, log_mass = idx[roots], log_mass[roots]
         if not merged:
@@ -518,8 +591,14 @@ def medoid_shift(x, bandwidth, kernel: str = "gaussian", max_rounds: int = 1, *,
     order = torch.argsort(log_mass, descending=True, stable=True)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel(), device=data.device)
-    return MeanShiftResult(modes=data[idx[order]], labels=rank[owner], n_iter=rounds,
-                           intensity=torch.exp(log_mass[order]), path=None, mode_index=idx[order])
+    return MeanShiftResult(
+        modes=data[idx[order]],
+        labels=rank[owner],
+        n_iter=rounds,
+        intensity=torch.exp(log_mass[order]),
+        path=None,
+        mode_index=idx[order],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -581,5 +660,9 @@ def pc_shift(
         active[idx[torch.linalg.vector_norm(step / h, dim=1) <= tol]] = False
         if path is not None:
             path.append(pos.clone())
-    return PCShiftResult(points=pos, n_iter=n_iter, converged=~active,
-                         path=torch.stack(path) if path is not None else None)
+    return PCShiftResult(
+        points=pos,
+        n_iter=n_iter,
+        converged=~active,
+        path=torch.stack(path) if path is not None else None,
+    )

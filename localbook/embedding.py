@@ -12,6 +12,7 @@ r"""Embeddings as local means: LLE, asymmetric MDS, and triplet (hyperkernel) em
 * **Trustworthiness** (Venna & Kaski 2001) scores any map by how many of each point's map
   neighbours are far in the data, with the data's distances formed in row chunks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,20 @@ from typing import Optional
 
 import torch
 
-from ._validate import as_tensor, check_choice, check_points, check_positive_float, check_positive_int
-from .kernels import _augment_data, _sq_dist_augmented, chunk_rows, data_center, iter_chunks
+from ._validate import (
+    as_tensor,
+    check_choice,
+    check_points,
+    check_positive_float,
+    check_positive_int,
+)
+from .kernels import (
+    _augment_data,
+    _sq_dist_augmented,
+    chunk_rows,
+    data_center,
+    iter_chunks,
+)
 
 __all__ = [
     "lle_weights",
@@ -67,7 +80,10 @@ def _row_sq_dist(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     out = torch.empty(n, L, dtype=x.dtype, device=x.device)
     rows = chunk_rows(n, L * x.shape[1], 1, x.element_size(), None, x.device)
     for sl in iter_chunks(n, rows):
-        diff = x.index_select(0, cols[sl].reshape(-1)).view(-1, L, x.shape[1]) - x[sl, None, :]
+        diff = (
+            x.index_select(0, cols[sl].reshape(-1)).view(-1, L, x.shape[1])
+            - x[sl, None, :]
+        )
         out[sl] = (diff * diff).sum(2)
     return out
 
@@ -99,7 +115,9 @@ def lle_weights(x, n_neighbors: int = 10, reg: float = 1e-3):
         tr = torch.diagonal(C, dim1=1, dim2=2).sum(1)
         eps = torch.where(tr > 0, reg * tr, torch.full_like(tr, reg))
         C = C + eps[:, None, None] * torch.eye(k, dtype=x.dtype, device=x.device)
-        v = torch.linalg.solve(C, torch.ones(C.shape[0], k, 1, dtype=x.dtype, device=x.device))[..., 0]
+        v = torch.linalg.solve(
+            C, torch.ones(C.shape[0], k, 1, dtype=x.dtype, device=x.device)
+        )[..., 0]
         w[sl] = v / v.sum(1, keepdim=True)
     return w, idx
 
@@ -109,14 +127,23 @@ def lle_weight_matrix(weights, indices, n: Optional[int] = None) -> torch.Tensor
     weights = as_tensor(weights, "weights", ndim=(2,))
     indices = torch.as_tensor(indices, device=weights.device)
     if indices.shape != weights.shape:
-        raise ValueError(f"indices must have the shape of weights {tuple(weights.shape)}, got {tuple(indices.shape)}")
+        raise ValueError(
+            f"indices must have the shape of weights {tuple(weights.shape)}, got {tuple(indices.shape)}"
+        )
     n = weights.shape[0] if n is None else n
     W = torch.zeros(weights.shape[0], n, dtype=weights.dtype, device=weights.device)
     return W.scatter_add_(1, indices.long(), weights)
 
 
-def locally_linear_embedding(x, n_components: int = 2, n_neighbors: int = 10, reg: float = 1e-3,
-                             return_error: bool = False, eigen_solver: str = "auto", seed: int = 0):
+def locally_linear_embedding(
+    x,
+    n_components: int = 2,
+    n_neighbors: int = 10,
+    reg: float = 1e-3,
+    return_error: bool = False,
+    eigen_solver: str = "auto",
+    seed: int = 0,
+):
     r"""Standard LLE: coordinates that the LLE weights of ``x`` reconstruct best.
 
     :math:`Y = \arg\min \sum_i \lVert y_i - \sum_j w_{ij} y_j \rVert^2` under :math:`Y^\top Y = I`
@@ -135,16 +162,20 @@ def locally_linear_embedding(x, n_components: int = 2, n_neighbors: int = 10, re
     """
     x = check_points(x, "x")
     n = x.shape[0]
-    n_components = check_positive_int(n_components, "n_components", maximum=max(1, n - 2))
-    eigen_solver = check_choice(eigen_solver, "eigen_solver", ["auto", "dense", "arpack"])
+    n_components = check_positive_int(
+        n_components, "n_components", maximum=max(1, n - 2)
+    )
+    eigen_solver = check_choice(
+        eigen_solver, "eigen_solver", ["auto", "dense", "arpack"]
+    )
     seed = check_positive_int(seed, "seed", minimum=0)
     w, idx = lle_weights(x, n_neighbors, reg)
     if eigen_solver == "dense" or (eigen_solver == "auto" and n <= 2000):
         IW = torch.eye(n, dtype=x.dtype, device=x.device) - lle_weight_matrix(w, idx)
         M = IW.T @ IW
         evals, evecs = torch.linalg.eigh(M)
-        Y = evecs[:, 1:n_components + 1]
-        return (Y, float(evals[1:n_components + 1].sum())) if return_error else Y
+        Y = evecs[:, 1 : n_components + 1]
+        return (Y, float(evals[1 : n_components + 1].sum())) if return_error else Y
     evals, evecs = _lle_arpack(w, idx, n_components + 1, seed)
     Y = torch.as_tensor(evecs[:, 1:], dtype=x.dtype, device=x.device)
     return (Y, float(evals[1:].sum())) if return_error else Y
@@ -160,8 +191,10 @@ def _lle_arpack(w: torch.Tensor, idx: torch.Tensor, k: int, seed: int):
 
     n, m = w.shape
     rows = np.repeat(np.arange(n), m)
-    W = sp.csr_matrix((w.detach().cpu().double().numpy().ravel(), (rows, idx.cpu().numpy().ravel())),
-                      shape=(n, n))
+    W = sp.csr_matrix(
+        (w.detach().cpu().double().numpy().ravel(), (rows, idx.cpu().numpy().ravel())),
+        shape=(n, n),
+    )
     IW = (sp.identity(n, format="csr") - W).tocsc()
     M = (IW.T @ IW).tocsc()
     sigma = -1e-9 * float(M.diagonal().sum()) / n
@@ -175,9 +208,13 @@ def _lle_arpack(w: torch.Tensor, idx: torch.Tensor, k: int, seed: int):
 def _check_square(d, name: str = "dissimilarity") -> torch.Tensor:
     D = as_tensor(d, name, ndim=(2,))
     if D.shape[0] != D.shape[1]:
-        raise ValueError(f"{name} must be a square (n, n) matrix, got shape {tuple(D.shape)}")
+        raise ValueError(
+            f"{name} must be a square (n, n) matrix, got shape {tuple(D.shape)}"
+        )
     if D.shape[0] < 2:
-        raise ValueError(f"{name} must compare at least two objects, got shape {tuple(D.shape)}")
+        raise ValueError(
+            f"{name} must compare at least two objects, got shape {tuple(D.shape)}"
+        )
     return D
 
 
@@ -203,19 +240,27 @@ class AsymmetricMDS:
 
     embedding: torch.Tensor  #: positions ``(n, p)``
     radius: torch.Tensor  #: radii ``(n,)``, mean zero
-    stress: float  #: weighted squared error of the fit, over all ordered pairs ``i ≠ j``
+    stress: (
+        float  #: weighted squared error of the fit, over all ordered pairs ``i ≠ j``
+    )
     symmetric_stress: float  #: the part of ``stress`` from the symmetric part of ``δ``
     skew_stress: float  #: the part from the skew-symmetric part
 
 
 def _pdist(Y):
     diff = Y[:, None, :] - Y[None, :, :]
-    return torch.sqrt((diff * diff).sum(-1) + torch.eye(Y.shape[0], dtype=Y.dtype, device=Y.device)) \
-        * (1 - torch.eye(Y.shape[0], dtype=Y.dtype, device=Y.device))
+    return torch.sqrt(
+        (diff * diff).sum(-1) + torch.eye(Y.shape[0], dtype=Y.dtype, device=Y.device)
+    ) * (1 - torch.eye(Y.shape[0], dtype=Y.dtype, device=Y.device))
 
 
-def asymmetric_mds(d, n_components: int = 2, bandwidth: Optional[float] = None, n_iter: int = 300,
-                   seed: int = 0) -> AsymmetricMDS:
+def asymmetric_mds(
+    d,
+    n_components: int = 2,
+    bandwidth: Optional[float] = None,
+    n_iter: int = 300,
+    seed: int = 0,
+) -> AsymmetricMDS:
     r"""Asymmetric MDS with the radius model :math:`\delta_{ij} \approx \lVert x_i - x_j\rVert + r_j - r_i`.
 
     Minimizes the weighted stress :math:`\sum_{i \ne j} w_{ij}(\delta_{ij} - \lVert x_i - x_j\rVert - r_j + r_i)^2`
@@ -246,16 +291,27 @@ def asymmetric_mds(d, n_components: int = 2, bandwidth: Optional[float] = None, 
     # radii: the Laplacian system (its null space, the constants, is removed by mean zero)
     L = torch.diag(Wt.sum(1)) - Wt
     b = (Wt * A).sum(0)
-    r = torch.linalg.lstsq(L, b[:, None]).solution[:, 0] if n <= 2 else torch.linalg.pinv(L, hermitian=True) @ b
+    r = (
+        torch.linalg.lstsq(L, b[:, None]).solution[:, 0]
+        if n <= 2
+        else torch.linalg.pinv(L, hermitian=True) @ b
+    )
     r = r - r.mean()
     # positions: weighted metric MDS of S, started from classical MDS
     g = torch.Generator(device="cpu").manual_seed(seed)
     Y0 = classical_mds(S * off, n_components)
-    Y0 = Y0 + 1e-6 * S.std() * torch.randn(Y0.shape, generator=g, dtype=D.dtype).to(D.device)
+    Y0 = Y0 + 1e-6 * S.std() * torch.randn(Y0.shape, generator=g, dtype=D.dtype).to(
+        D.device
+    )
     Y = Y0.clone().contiguous().requires_grad_(True)
     if n_iter:
-        opt = torch.optim.LBFGS([Y], max_iter=n_iter, tolerance_grad=1e-10, tolerance_change=1e-14,
-                                line_search_fn="strong_wolfe")
+        opt = torch.optim.LBFGS(
+            [Y],
+            max_iter=n_iter,
+            tolerance_grad=1e-10,
+            tolerance_change=1e-14,
+            line_search_fn="strong_wolfe",
+        )
 
         def closure():
             opt.zero_grad()
@@ -299,34 +355,51 @@ def trustworthiness(x, y, n_neighbors: int = 5):
     n = x.shape[0]
     k = check_positive_int(n_neighbors, "n_neighbors")
     if not k < n / 2:
-        raise ValueError(f"n_neighbors must be less than n / 2 = {n / 2} (n = {n} points), got {k}")
+        raise ValueError(
+            f"n_neighbors must be less than n / 2 = {n / 2} (n = {n} points), got {k}"
+        )
     single = not isinstance(y, (list, tuple))
     ys = [y] if single else list(y)
     if not ys:
-        raise ValueError("y is an empty list; give an embedding (n, p) or a list of them")
+        raise ValueError(
+            "y is an empty list; give an embedding (n, p) or a list of them"
+        )
     nbrs = []
     for a, ya in enumerate(ys):
         name = "y" if single else f"y[{a}]"
         Y = check_points(ya, name).to(x.device)
         if Y.shape[0] != n:
-            raise ValueError(f"{name} has {Y.shape[0]} points but x has {n}; they must match")
+            raise ValueError(
+                f"{name} has {Y.shape[0]} points but x has {n}; they must match"
+            )
         nbrs.append(_knn_self(Y, k)[1])
     nb_all = torch.cat(nbrs, 1)  # (n, E k)
     cols = nb_all.shape[1]
-    use_sort = cols > 2 * max(1, n.bit_length())  # one sort per row beats 2 E k counting passes
+    use_sort = cols > 2 * max(
+        1, n.bit_length()
+    )  # one sort per row beats 2 E k counting passes
     penalty = torch.zeros(len(ys), dtype=torch.float64)
 
     def s_of(m):  # S(m) = sum of max(0, r - k) over the ranks r = 1..m
         return ((m - k).clamp(min=0) * (m - k + 1).clamp(min=0)).double() / 2
 
     for sl, d2 in _sq_dist_rows(x):
-        dt = d2.gather(1, nb_all[sl]).contiguous()  # (r, E k): distances to the embedding neighbours
+        dt = d2.gather(
+            1, nb_all[sl]
+        ).contiguous()  # (r, E k): distances to the embedding neighbours
         if use_sort:
             srt = d2.sort(1).values
-            below, upto = torch.searchsorted(srt, dt), torch.searchsorted(srt, dt, right=True)
+            below, upto = (
+                torch.searchsorted(srt, dt),
+                torch.searchsorted(srt, dt, right=True),
+            )
         else:
-            below = torch.stack([(d2 < dt[:, c:c + 1]).sum(1) for c in range(cols)], 1)
-            upto = torch.stack([(d2 <= dt[:, c:c + 1]).sum(1) for c in range(cols)], 1)
+            below = torch.stack(
+                [(d2 < dt[:, c : c + 1]).sum(1) for c in range(cols)], 1
+            )
+            upto = torch.stack(
+                [(d2 <= dt[:, c : c + 1]).sum(1) for c in range(cols)], 1
+            )
         # j shares its distance with upto - below points (itself included): the ranks below + 1 ..
         # upto, each equally likely, so the expected penalty is (S(upto) - S(below)) / (upto - below)
         excess = (s_of(upto) - s_of(below)) / (upto - below).double()

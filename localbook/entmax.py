@@ -49,6 +49,7 @@ distribution on it: its output is NaN, as with ``torch.softmax`` (attention repo
 neighbourhoods itself), and it passes a zero gradient back. NaN and ``+inf`` entries raise
 ``ValueError``.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,7 +79,9 @@ def _check_alpha(alpha):
         else:
             return alpha
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise TypeError(f"alpha must be a real number or a tensor, got {type(alpha).__name__}")
+        raise TypeError(
+            f"alpha must be a real number or a tensor, got {type(alpha).__name__}"
+        )
     alpha = float(alpha)
     if not math.isfinite(alpha):
         raise ValueError(f"alpha must be finite, got alpha={alpha}")
@@ -101,12 +104,16 @@ def _prepare(z, dim):
     dead = None
     if zmax.numel():
         dead_rows = zmax == -math.inf
-        bad = torch.stack([torch.isnan(zmax).any(), (zmax == math.inf).any(), dead_rows.any()])
+        bad = torch.stack(
+            [torch.isnan(zmax).any(), (zmax == math.inf).any(), dead_rows.any()]
+        )
         nan, pinf, anydead = bad.tolist()
         if nan:
             raise ValueError("z contains NaN values")
         if pinf:
-            raise ValueError("z contains +inf values (only -inf, for masked entries, is allowed)")
+            raise ValueError(
+                "z contains +inf values (only -inf, for masked entries, is allowed)"
+            )
         if anydead:
             dead = dead_rows
             zmax = zmax.masked_fill(dead, 0.0)
@@ -229,7 +236,9 @@ def _first_k(Z: torch.Tensor, zmax: torch.Tensor, alpha: float, n_iter: int) -> 
     return max(min(n, _K_MIN), min(n, k))
 
 
-def _threshold(Z: torch.Tensor, zmax: torch.Tensor, alpha: float, n_iter: int) -> torch.Tensor:
+def _threshold(
+    Z: torch.Tensor, zmax: torch.Tensor, alpha: float, n_iter: int
+) -> torch.Tensor:
     """Per-row threshold ``τ`` (in units of ``X = (α-1)(z - max z)``) of ``(rows, n)`` scores ``Z``.
 
     Certified partial sorts: solve the problem restricted to the ``k`` largest scores. If the
@@ -268,8 +277,10 @@ def _threshold(Z: torch.Tensor, zmax: torch.Tensor, alpha: float, n_iter: int) -
         # entries above the lower bound τ_k (z - max > τ_k/(α-1)) bound the support
         Zf = Z.index_select(0, frows) - ms[fail][:, None]
         need = ((Zf > (flow / (alpha - 1.0))[:, None]).sum(-1) + 1).clamp(max=n)
-        kb = torch.minimum(torch.maximum(_next_pow2(need), torch.full_like(need, 2 * k)),
-                           torch.full_like(need, n))
+        kb = torch.minimum(
+            torch.maximum(_next_pow2(need), torch.full_like(need, 2 * k)),
+            torch.full_like(need, n),
+        )
         for kval in torch.unique(kb).tolist():
             queue.append((frows[kb == kval], int(kval)))
     return out
@@ -278,11 +289,15 @@ def _threshold(Z: torch.Tensor, zmax: torch.Tensor, alpha: float, n_iter: int) -
 # ----------------------------------------------------------------------------------------------
 # autograd functions
 # ----------------------------------------------------------------------------------------------
-def _backward(p: torch.Tensor, grad: torch.Tensor, dim: int, alpha: float) -> torch.Tensor:
+def _backward(
+    p: torch.Tensor, grad: torch.Tensor, dim: int, alpha: float
+) -> torch.Tensor:
     """``s ⊙ (g - sᵀg/Σs)`` with ``s = p^{2-α}`` on the support."""
     if alpha == 2.0:  # s = 1 on the support
         support = p > 0
-        q = torch.where(support, grad, 0).sum(dim, keepdim=True) / support.sum(dim, keepdim=True)
+        q = torch.where(support, grad, 0).sum(dim, keepdim=True) / support.sum(
+            dim, keepdim=True
+        )
         return torch.where(support, grad - q, 0)
     if alpha == 1.5:
         s = p.sqrt()
@@ -309,7 +324,9 @@ class _EntmaxFunction(torch.autograd.Function):
             p = d.mul_(d)
         else:
             p = d.mul_(alpha - 1.0).pow_(1.0 / (alpha - 1.0))
-            p = p.div_(p.sum(dim, keepdim=True))  # Newton leaves a few ulps: renormalize
+            p = p.div_(
+                p.sum(dim, keepdim=True)
+            )  # Newton leaves a few ulps: renormalize
         ctx.save_for_backward(p)
         ctx.dim, ctx.alpha = dim, alpha
         return p

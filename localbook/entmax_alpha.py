@@ -16,6 +16,7 @@ Backward (Peters, Niculae & Martins 2019; Correia, Niculae & Martins 2019 for α
         - \frac{p_i\log p_i - \tilde s_i \sum_j p_j \log p_j}{\alpha-1}\Big],
     \qquad \tilde s = s / 1^\top s .
 """
+
 from __future__ import annotations
 
 
@@ -25,7 +26,9 @@ __all__ = ["entmax_alpha"]
 
 
 def _check_tensor_alpha(alpha: torch.Tensor, z: torch.Tensor, dim: int) -> torch.Tensor:
-    if alpha.is_complex() or not (alpha.is_floating_point() or alpha.dtype in (torch.int32, torch.int64)):
+    if alpha.is_complex() or not (
+        alpha.is_floating_point() or alpha.dtype in (torch.int32, torch.int64)
+    ):
         raise TypeError(f"alpha must be a real tensor, got dtype {alpha.dtype}")
     a = alpha.to(device=z.device, dtype=z.dtype)
     try:
@@ -34,13 +37,17 @@ def _check_tensor_alpha(alpha: torch.Tensor, z: torch.Tensor, dim: int) -> torch
         shape = None
     lead = [1] * (z.ndim - a.ndim) + list(a.shape) if a.ndim <= z.ndim else None
     if shape != z.shape or lead is None or lead[dim] != 1:
-        raise ValueError(f"alpha of shape {tuple(alpha.shape)} must broadcast to z's shape "
-                         f"{tuple(z.shape)} with size 1 along dim={dim} (one α per row or head)")
+        raise ValueError(
+            f"alpha of shape {tuple(alpha.shape)} must broadcast to z's shape "
+            f"{tuple(z.shape)} with size 1 along dim={dim} (one α per row or head)"
+        )
     with torch.no_grad():
         bad = ~torch.isfinite(a) | (a == 1)
         if bool(bad.any()):
-            raise ValueError("alpha must be finite and different from 1 (alpha = 1 is softmax: "
-                             "use torch.softmax, or a float alpha = 1.0)")
+            raise ValueError(
+                "alpha must be finite and different from 1 (alpha = 1 is softmax: "
+                "use torch.softmax, or a float alpha = 1.0)"
+            )
     return a.reshape(lead).expand([1 if i == dim else s for i, s in enumerate(z.shape)])
 
 
@@ -51,7 +58,7 @@ class _EntmaxAlphaFunction(torch.autograd.Function):
         X = (z - zmax) * am1
         r = 1.0 / am1
         n = z.shape[dim]
-        lo = torch.full_like(am1, -1.0)            # f(lo) ≥ 0
+        lo = torch.full_like(am1, -1.0)  # f(lo) ≥ 0
         hi = -torch.pow(torch.full_like(am1, 1.0 / n), am1)  # f(hi) ≤ 0
         for _ in range(n_iter):
             mid = 0.5 * (lo + hi)
@@ -70,16 +77,22 @@ class _EntmaxAlphaFunction(torch.autograd.Function):
         p, alpha = ctx.saved_tensors
         dim = ctx.dim
         support = p > 0
-        s = torch.where(support, torch.pow(p.clamp(min=torch.finfo(p.dtype).tiny), 2.0 - alpha),
-                        torch.zeros_like(p))
+        s = torch.where(
+            support,
+            torch.pow(p.clamp(min=torch.finfo(p.dtype).tiny), 2.0 - alpha),
+            torch.zeros_like(p),
+        )
         ssum = s.sum(dim, keepdim=True)
         gz = s * grad
         gz = gz - s * gz.sum(dim, keepdim=True) / ssum
         galpha = None
         if ctx.needs_input_grad[2]:
             am1 = alpha - 1.0
-            plogp = torch.where(support, p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny)),
-                                torch.zeros_like(p))
+            plogp = torch.where(
+                support,
+                p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny)),
+                torch.zeros_like(p),
+            )
             skew = s / ssum
             ent = plogp.sum(dim, keepdim=True)
             term = (p - skew) / am1**2 - (plogp - skew * ent) / am1
@@ -87,15 +100,18 @@ class _EntmaxAlphaFunction(torch.autograd.Function):
         return gz, None, galpha, None, None
 
 
-def entmax_alpha(z: torch.Tensor, zmax: torch.Tensor, alpha: torch.Tensor, dim: int,
-                 n_iter: int) -> torch.Tensor:
+def entmax_alpha(
+    z: torch.Tensor, zmax: torch.Tensor, alpha: torch.Tensor, dim: int, n_iter: int
+) -> torch.Tensor:
     """α-entmax of validated ``z`` with a tensor ``alpha`` (see the module docstring).
 
     Returns ``p`` with ``z``'s shape; the gradient reaches ``alpha`` (summed over broadcast
     dimensions by autograd when ``alpha`` was smaller than ``z``).
     """
     a = _check_tensor_alpha(alpha, z, dim)
-    if alpha.requires_grad and not a.requires_grad:  # int tensors cannot carry a gradient
+    if (
+        alpha.requires_grad and not a.requires_grad
+    ):  # int tensors cannot carry a gradient
         raise TypeError("alpha requires a gradient but is not a floating tensor")
     return _EntmaxAlphaFunction.apply(z, zmax, a, dim, n_iter)
 
@@ -118,7 +134,7 @@ class _EntmaxAlphaNewtonFunction(_EntmaxAlphaFunction):
         am1 = alpha - 1.0
         X = (z - zmax) * am1
         r = 1.0 / am1
-        lo = torch.full_like(am1, -1.0)                                # f(lo) ≥ 0
+        lo = torch.full_like(am1, -1.0)  # f(lo) ≥ 0
         hi = -torch.pow(torch.full_like(am1, 1.0 / z.shape[dim]), am1)  # f(hi) ≤ 0
         tau, tiny = lo.clone(), 4 * torch.finfo(z.dtype).eps
         moved = None
@@ -140,8 +156,9 @@ class _EntmaxAlphaNewtonFunction(_EntmaxAlphaFunction):
         return p
 
 
-def entmax_alpha_newton(z: torch.Tensor, alpha: torch.Tensor, dim: int = -1,
-                        n_iter: int = 50) -> torch.Tensor:
+def entmax_alpha_newton(
+    z: torch.Tensor, alpha: torch.Tensor, dim: int = -1, n_iter: int = 50
+) -> torch.Tensor:
     """α-entmax of ``z`` along ``dim`` for a tensor ``alpha`` in (1, 2] (one α per row or head).
 
     The values and the backward (gradients to ``z`` and ``alpha``) of :func:`entmax_alpha`, with
@@ -158,7 +175,9 @@ def entmax_alpha_newton(z: torch.Tensor, alpha: torch.Tensor, dim: int = -1,
     a = _check_tensor_alpha(alpha, z, dim)
     with torch.no_grad():
         if bool(((a <= 1) | (a > 2)).any()):
-            raise ValueError("alpha must be in (1, 2] here (use localbook.entmax_bisect otherwise)")
+            raise ValueError(
+                "alpha must be in (1, 2] here (use localbook.entmax_bisect otherwise)"
+            )
     zz = z if dead is None else z.masked_fill(dead, 0.0)
     p = _EntmaxAlphaNewtonFunction.apply(zz, zmax, a, dim, n_iter)
     return p if dead is None else p.masked_fill(dead, math.nan)

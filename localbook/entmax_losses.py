@@ -13,6 +13,7 @@ fixed ``p``. α = 2 is the sparsemax loss, α = 1.5 the 1.5-entmax loss; α → 
 cross-entropy. Same signatures and values as the ``entmax`` package's losses (``reduction`` is
 left to the caller: the functions return one loss per row).
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,11 @@ def tsallis_entropy(p: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     if not isinstance(alpha, torch.Tensor) and float(alpha) == 1.0:
         return -(torch.where(pos, p * torch.log(safe), torch.zeros_like(p))).sum(dim)
     powered = torch.where(pos, safe**alpha, torch.zeros_like(p)).sum(dim)
-    a = alpha.squeeze(dim) if isinstance(alpha, torch.Tensor) and alpha.ndim == p.ndim else alpha
+    a = (
+        alpha.squeeze(dim)
+        if isinstance(alpha, torch.Tensor) and alpha.ndim == p.ndim
+        else alpha
+    )
     return (1.0 - powered) / (a * (a - 1.0))
 
 
@@ -40,9 +45,13 @@ def _check(X, target):
     if not isinstance(target, torch.Tensor):
         target = torch.as_tensor(target)
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
-        raise TypeError(f"target must hold integer class indices, got dtype {target.dtype}")
+        raise TypeError(
+            f"target must hold integer class indices, got dtype {target.dtype}"
+        )
     if target.shape != (X.shape[0],):
-        raise ValueError(f"target must have shape ({X.shape[0]},) to match X, got {tuple(target.shape)}")
+        raise ValueError(
+            f"target must have shape ({X.shape[0]},) to match X, got {tuple(target.shape)}"
+        )
     target = target.to(X.device)
     if bool(((target < 0) | (target >= X.shape[1])).any()):
         raise ValueError(f"target holds a class index outside [0, {X.shape[1]})")
@@ -50,7 +59,9 @@ def _check(X, target):
 
 
 def _fy_loss(X, target, alpha, mapping):
-    with torch.no_grad():  # the envelope theorem: p's own dependence on X and α drops out
+    with (
+        torch.no_grad()
+    ):  # the envelope theorem: p's own dependence on X and α drops out
         p = mapping(X.detach())
     onehot = torch.nn.functional.one_hot(target, X.shape[1]).to(X.dtype)
     return ((p - onehot) * X).sum(-1) + tsallis_entropy(p, alpha)
@@ -76,6 +87,14 @@ def entmax_bisect_loss(X, target, alpha=1.5, n_iter: int = 50) -> torch.Tensor:
         alpha = alpha.to(device=X.device, dtype=X.dtype)
         if alpha.ndim == 1 and alpha.numel() == X.shape[0]:
             alpha = alpha[:, None]
-    return _fy_loss(X, target, alpha,
-                    lambda z: entmax_bisect(z, alpha.detach() if isinstance(alpha, torch.Tensor)
-                                            else alpha, dim=-1, n_iter=n_iter))
+    return _fy_loss(
+        X,
+        target,
+        alpha,
+        lambda z: entmax_bisect(
+            z,
+            alpha.detach() if isinstance(alpha, torch.Tensor) else alpha,
+            dim=-1,
+            n_iter=n_iter,
+        ),
+    )

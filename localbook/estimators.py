@@ -9,6 +9,7 @@ on a GPU. Fitting stores the training data (a local mean is a lazy learner).
 (chapter 2: :math:`(y_i - \\hat y_i)/(1 - L_{ii})`, no refits) over a geometric grid; the chosen
 value is ``bandwidth_``.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -31,11 +32,17 @@ def _check_params(est):
     bw = est.bandwidth
     if isinstance(bw, str):
         if bw != "loo":
-            raise ValueError(f"bandwidth must be a positive number, a (n_features,) array or 'loo', got {bw!r}")
+            raise ValueError(
+                f"bandwidth must be a positive number, a (n_features,) array or 'loo', got {bw!r}"
+            )
     elif isinstance(bw, bool) or not (isinstance(bw, numbers.Real) or np.ndim(bw) == 1):
-        raise TypeError(f"bandwidth must be a positive number, a (n_features,) array or 'loo', got {bw!r}")
+        raise TypeError(
+            f"bandwidth must be a positive number, a (n_features,) array or 'loo', got {bw!r}"
+        )
     if est.kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {est.kernel!r}; expected one of {sorted(KERNELS)}")
+        raise ValueError(
+            f"unknown kernel {est.kernel!r}; expected one of {sorted(KERNELS)}"
+        )
 
 
 def _tensor(X, device):
@@ -65,13 +72,23 @@ class _LocalSmoother(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         """Store the training data (and choose the bandwidth when ``bandwidth="loo"``)."""
         _check_params(self)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=True)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            dtype=[np.float64, np.float32],
+            multi_output=True,
+            y_numeric=True,
+        )
         self.X_fit_ = X
         self.y_fit_ = y.astype(X.dtype, copy=False)
         if isinstance(self.bandwidth, str):  # "loo"
-            sel = select_bandwidth(_tensor(X, self.device), _tensor(self.y_fit_, self.device),
-                                   kernel=self.kernel, method=self._method)
+            sel = select_bandwidth(
+                _tensor(X, self.device),
+                _tensor(self.y_fit_, self.device),
+                kernel=self.kernel,
+                method=self._method,
+            )
             self.bandwidth_ = sel.bandwidth
             self.loo_grid_, self.loo_scores_ = _numpy(sel.grid), _numpy(sel.scores)
         else:
@@ -85,8 +102,13 @@ class _LocalSmoother(RegressorMixin, BaseEstimator):
         fn = nadaraya_watson if self._method == "nw" else local_linear
         bw = self.bandwidth_
         bw = bw if isinstance(bw, numbers.Real) else np.asarray(bw, dtype=X.dtype)
-        out = fn(_tensor(X, self.device), _tensor(self.X_fit_, self.device),
-                 _tensor(self.y_fit_, self.device), bw, self.kernel)
+        out = fn(
+            _tensor(X, self.device),
+            _tensor(self.X_fit_, self.device),
+            _tensor(self.y_fit_, self.device),
+            bw,
+            self.kernel,
+        )
         return _numpy(out)
 
 
@@ -128,8 +150,10 @@ class LocalModeClassifier(ClassifierMixin, BaseEstimator):
         """Store the training data and the classes."""
         _check_params(self)
         if isinstance(self.bandwidth, str):
-            raise ValueError("bandwidth='loo' is for the regressors; choose a classifier's "
-                             "bandwidth with GridSearchCV")
+            raise ValueError(
+                "bandwidth='loo' is for the regressors; choose a classifier's "
+                "bandwidth with GridSearchCV"
+            )
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         check_classification_targets(y)
         self.classes_, self.y_codes_ = np.unique(y, return_inverse=True)
@@ -143,10 +167,17 @@ class LocalModeClassifier(ClassifierMixin, BaseEstimator):
         bw = self.bandwidth
         bw = bw if isinstance(bw, numbers.Real) else np.asarray(bw, dtype=X.dtype)
         _, proba, codes = local_mode_classify(
-            _tensor(X, self.device), _tensor(self.X_fit_, self.device),
-            torch.as_tensor(self.y_codes_), bw, self.kernel, return_proba=True)
+            _tensor(X, self.device),
+            _tensor(self.X_fit_, self.device),
+            torch.as_tensor(self.y_codes_),
+            bw,
+            self.kernel,
+            return_proba=True,
+        )
         full = np.zeros((X.shape[0], len(self.classes_)), dtype=X.dtype)
-        full[:, _numpy(codes)] = _numpy(proba)  # every class is present in the training codes
+        full[:, _numpy(codes)] = _numpy(
+            proba
+        )  # every class is present in the training codes
         return full
 
     def predict(self, X):
@@ -154,7 +185,9 @@ class LocalModeClassifier(ClassifierMixin, BaseEstimator):
         proba = self.predict_proba(X)
         empty = np.isnan(proba).any(axis=1)
         if empty.any():
-            raise ValueError(f"{int(empty.sum())} of {len(proba)} queries have no training point "
-                             f"within the bandwidth of the compact {self.kernel!r} kernel; use a "
-                             "larger bandwidth or a kernel with unbounded support")
+            raise ValueError(
+                f"{int(empty.sum())} of {len(proba)} queries have no training point "
+                f"within the bandwidth of the compact {self.kernel!r} kernel; use a "
+                "larger bandwidth or a kernel with unbounded support"
+            )
         return self.classes_[np.argmax(proba, axis=1)]

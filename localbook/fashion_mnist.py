@@ -16,6 +16,7 @@ to a temporary file, verified, and only then renamed: a failed or corrupt downlo
 Nothing here touches the network at import time. The book's offline fallback is the 200 shipped
 test images (:func:`localbook.datasets.load_fashion_mnist_subset`), equal to test images 0-199.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -30,9 +31,17 @@ import numpy as np
 
 from ._validate import check_choice
 
-__all__ = ["FASHION_MNIST_MD5", "FASHION_MNIST_SHA256", "FASHION_MNIST_MIRRORS",
-           "FASHION_MNIST_SYSTEM_DIRS", "fashion_mnist_dir", "find_fashion_mnist_file",
-           "fetch_fashion_mnist_file", "read_idx", "load_fashion_mnist"]
+__all__ = [
+    "FASHION_MNIST_MD5",
+    "FASHION_MNIST_SHA256",
+    "FASHION_MNIST_MIRRORS",
+    "FASHION_MNIST_SYSTEM_DIRS",
+    "fashion_mnist_dir",
+    "find_fashion_mnist_file",
+    "fetch_fashion_mnist_file",
+    "read_idx",
+    "load_fashion_mnist",
+]
 
 #: md5 checksums published by Zalando Research (github.com/zalandoresearch/fashion-mnist, README).
 FASHION_MNIST_MD5 = {
@@ -61,8 +70,10 @@ FASHION_MNIST_MIRRORS = (
     "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
 )
 
-_SPLITS = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-           "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+_SPLITS = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
 
 # the URL opener; tests replace it (no network in tests)
 _urlopen = urllib.request.urlopen
@@ -74,7 +85,11 @@ def fashion_mnist_dir(cache_dir=None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
     root = os.environ.get("LOCALBOOK_DATA")
-    return Path(root) / "fashion-mnist" if root else Path.home() / ".cache" / "localbook" / "fashion-mnist"
+    return (
+        Path(root) / "fashion-mnist"
+        if root
+        else Path.home() / ".cache" / "localbook" / "fashion-mnist"
+    )
 
 
 def _md5_file(path: Path) -> str:
@@ -116,7 +131,9 @@ def find_fashion_mnist_file(name: str, cache_dir=None):
     name = check_choice(name, "name", list(FASHION_MNIST_MD5))
     explicit = cache_dir is not None or bool(os.environ.get("LOCALBOOK_DATA"))
     user_cache = Path.home() / ".cache" / "localbook" / "fashion-mnist"
-    folders = ([fashion_mnist_dir(cache_dir)] if explicit else []) + list(FASHION_MNIST_SYSTEM_DIRS)
+    folders = ([fashion_mnist_dir(cache_dir)] if explicit else []) + list(
+        FASHION_MNIST_SYSTEM_DIRS
+    )
     folders += [] if explicit else [user_cache]
     for folder in folders:
         path = Path(folder) / name
@@ -129,8 +146,14 @@ def find_fashion_mnist_file(name: str, cache_dir=None):
     return None
 
 
-def fetch_fashion_mnist_file(name: str, cache_dir=None, *, download: bool = True,
-                             mirrors: Sequence[str] = FASHION_MNIST_MIRRORS, timeout: float = 60.0) -> Path:
+def fetch_fashion_mnist_file(
+    name: str,
+    cache_dir=None,
+    *,
+    download: bool = True,
+    mirrors: Sequence[str] = FASHION_MNIST_MIRRORS,
+    timeout: float = 60.0,
+) -> Path:
     """Path of a verified official file ``name``: found on disk, else downloaded (if allowed).
 
     Copies on disk are searched as :func:`find_fashion_mnist_file` does and verified (published
@@ -150,7 +173,8 @@ def fetch_fashion_mnist_file(name: str, cache_dir=None, *, download: bool = True
         searched = [str(folder)] + [str(d) for d in FASHION_MNIST_SYSTEM_DIRS]
         raise FileNotFoundError(
             f"{name} was not found (searched {', '.join(searched)}) and download=False; install "
-            "Debian's dataset-fashion-mnist, copy the official file there, or call with download=True")
+            "Debian's dataset-fashion-mnist, copy the official file there, or call with download=True"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     errors = []
     for base in mirrors:
@@ -164,9 +188,13 @@ def fetch_fashion_mnist_file(name: str, cache_dir=None, *, download: bool = True
                         h.update(block)
                         out.write(block)
             got = h.hexdigest()
-            if got != expected and _content_sha256(Path(tmp)) != FASHION_MNIST_SHA256.get(name):
-                raise RuntimeError(f"checksum mismatch for {name} from {url}: md5 {got}, expected {expected} "
-                                   "(the published value); the download was discarded")
+            if got != expected and _content_sha256(
+                Path(tmp)
+            ) != FASHION_MNIST_SHA256.get(name):
+                raise RuntimeError(
+                    f"checksum mismatch for {name} from {url}: md5 {got}, expected {expected} "
+                    "(the published value); the download was discarded"
+                )
             os.replace(tmp, final)
             return final
         except OSError as exc:  # network trouble: try the next mirror
@@ -174,7 +202,9 @@ def fetch_fashion_mnist_file(name: str, cache_dir=None, *, download: bool = True
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    raise OSError(f"could not download {name} from any mirror:\n  " + "\n  ".join(errors))
+    raise OSError(
+        f"could not download {name} from any mirror:\n  " + "\n  ".join(errors)
+    )
 
 
 def read_idx(path) -> np.ndarray:
@@ -188,19 +218,27 @@ def read_idx(path) -> np.ndarray:
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise ValueError(f"{path.name} is not an unsigned-byte IDX file (bad magic number {raw[:4].hex()})")
+        raise ValueError(
+            f"{path.name} is not an unsigned-byte IDX file (bad magic number {raw[:4].hex()})"
+        )
     ndim = raw[3]
     if ndim < 1 or len(raw) < 4 + 4 * ndim:
         raise ValueError(f"{path.name} has a truncated IDX header")
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    payload = raw[4 + 4 * ndim:]
+    shape = tuple(
+        int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)
+    )
+    payload = raw[4 + 4 * ndim :]
     if len(payload) != int(np.prod(shape)):
-        raise ValueError(f"{path.name}: header announces shape {shape} ({int(np.prod(shape))} bytes) "
-                         f"but the file holds {len(payload)} bytes")
+        raise ValueError(
+            f"{path.name}: header announces shape {shape} ({int(np.prod(shape))} bytes) "
+            f"but the file holds {len(payload)} bytes"
+        )
     return np.frombuffer(payload, dtype=np.uint8).reshape(shape).copy()
 
 
-def load_fashion_mnist(split: str = "train", cache_dir=None, *, download: bool = True) -> Tuple[np.ndarray, np.ndarray]:
+def load_fashion_mnist(
+    split: str = "train", cache_dir=None, *, download: bool = True
+) -> Tuple[np.ndarray, np.ndarray]:
     """The full Fashion-MNIST ``split`` (``"train"``: 60,000 images, ``"test"``: 10,000).
 
     Uses a verified copy on disk (explicit folder, the system copy, the user cache) and downloads
@@ -212,5 +250,7 @@ def load_fashion_mnist(split: str = "train", cache_dir=None, *, download: bool =
     images = read_idx(fetch_fashion_mnist_file(img_name, cache_dir, download=download))
     labels = read_idx(fetch_fashion_mnist_file(lab_name, cache_dir, download=download))
     if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-        raise ValueError(f"Fashion-MNIST {split}: images {images.shape} and labels {labels.shape} do not match")
+        raise ValueError(
+            f"Fashion-MNIST {split}: images {images.shape} and labels {labels.shape} do not match"
+        )
     return images, labels

@@ -10,6 +10,7 @@ so are the alignment constants of Bombari & Mondelli (2024): the paper's limit
 :math:`\gamma` (:func:`alignment_limit`), its profile :math:`\gamma(\rho)`
 (:func:`alignment_profile`) and its average at finite dimension (:func:`finite_d_alignment`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,6 +45,7 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------
 # Hermite polynomials and activations
 # ----------------------------------------------------------------------------------------------
+
 
 def _hermite_table(x: torch.Tensor, degree: int) -> torch.Tensor:
     """Normalized ``h_0..h_degree`` at ``x`` in one pass of the recurrence, ``(degree + 1, *x.shape)``."""
@@ -88,11 +90,17 @@ class Activation:
     grad: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
     coefficients: Optional[Tuple[float, ...]] = None
     #: closed-form normalized Hermite coefficients ``degree → (degree + 1,)`` (ReLU, the step)
-    exact_hermite: Optional[Callable[[int], torch.Tensor]] = field(default=None, repr=False, compare=False)
+    exact_hermite: Optional[Callable[[int], torch.Tensor]] = field(
+        default=None, repr=False, compare=False
+    )
     #: closed-form dual kernel :math:`\rho \mapsto \sum_l \mu_l^2\rho^l = E[\sigma(u)\sigma(v)]`,
     #: ``corr(u, v) = ρ`` (arc-cosine kernels for ReLU and the step)
-    dual: Optional[Callable[[torch.Tensor], torch.Tensor]] = field(default=None, repr=False, compare=False)
-    known_derivative: Optional["Activation"] = field(default=None, repr=False, compare=False)
+    dual: Optional[Callable[[torch.Tensor], torch.Tensor]] = field(
+        default=None, repr=False, compare=False
+    )
+    known_derivative: Optional["Activation"] = field(
+        default=None, repr=False, compare=False
+    )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)
@@ -101,7 +109,10 @@ class Activation:
         """The activation :math:`\\sigma'` (exact for Hermite sums; the step function for ReLU)."""
         if self.coefficients is not None:
             c = self.coefficients
-            return hermite_activation([math.sqrt(l) * c[l] for l in range(1, len(c))] or [0.0], name=f"({self.name})'")
+            return hermite_activation(
+                [math.sqrt(l) * c[l] for l in range(1, len(c))] or [0.0],
+                name=f"({self.name})'",
+            )
         if self.known_derivative is not None:
             return self.known_derivative
         return Activation(f"({self.name})'", self.grad, _no_grad(self.name))
@@ -113,14 +124,20 @@ class Activation:
         is the activation whose NTK features use :math:`\\sigma' = h_0 + h_1`.
         """
         if self.coefficients is None:
-            raise ValueError(f"antiderivative needs a Hermite-sum activation, got {self.name!r}")
+            raise ValueError(
+                f"antiderivative needs a Hermite-sum activation, got {self.name!r}"
+            )
         c = self.coefficients
-        return hermite_activation([0.0] + [c[l] / math.sqrt(l + 1) for l in range(len(c))], name=f"∫({self.name})")
+        return hermite_activation(
+            [0.0] + [c[l] / math.sqrt(l + 1) for l in range(len(c))],
+            name=f"∫({self.name})",
+        )
 
 
 def _no_grad(name):
     def g(x):
         raise ValueError(f"the second derivative of {name!r} is not available")
+
     return g
 
 
@@ -138,14 +155,23 @@ def _hermite_sum(coeffs: Sequence[float]):
     return fn
 
 
-def hermite_activation(coefficients: Sequence[float], name: Optional[str] = None) -> Activation:
+def hermite_activation(
+    coefficients: Sequence[float], name: Optional[str] = None
+) -> Activation:
     r"""The activation :math:`\sigma = \sum_l c_l h_l` from normalized-Hermite coefficients ``c``."""
     c = np.asarray(coefficients, dtype=np.float64)
     if c.ndim != 1 or c.size == 0 or not np.all(np.isfinite(c)):
-        raise ValueError(f"coefficients must be a non-empty 1-D list of finite numbers, got {coefficients!r}")
+        raise ValueError(
+            f"coefficients must be a non-empty 1-D list of finite numbers, got {coefficients!r}"
+        )
     c = tuple(float(v) for v in c)
     if name is None:
-        name = "+".join(f"{v:g}·h{l}" if v != 1 else f"h{l}" for l, v in enumerate(c) if v != 0) or "0"
+        name = (
+            "+".join(
+                f"{v:g}·h{l}" if v != 1 else f"h{l}" for l, v in enumerate(c) if v != 0
+            )
+            or "0"
+        )
     dc = [math.sqrt(l) * c[l] for l in range(1, len(c))] or [0.0]
     return Activation(name, _hermite_sum(c), _hermite_sum(dc), c)
 
@@ -160,14 +186,26 @@ def get_activation(spec) -> Activation:
     if isinstance(spec, Activation):
         return spec
     if not isinstance(spec, str):
-        raise TypeError(f"activation must be a name such as 'relu' or 'h1+h2', got {type(spec).__name__}")
+        raise TypeError(
+            f"activation must be a name such as 'relu' or 'h1+h2', got {type(spec).__name__}"
+        )
     s = spec.replace(" ", "")
     if s == "relu":
-        step = Activation("(relu)'", lambda x: (x > 0).to(x.dtype), _no_grad("relu"),
-                          exact_hermite=functools.partial(relu_hermite_coefficients, derivative=True),
-                          dual=_arccos0)
-        return Activation("relu", torch.relu, step.fn, exact_hermite=relu_hermite_coefficients,
-                          dual=_arccos1, known_derivative=step)
+        step = Activation(
+            "(relu)'",
+            lambda x: (x > 0).to(x.dtype),
+            _no_grad("relu"),
+            exact_hermite=functools.partial(relu_hermite_coefficients, derivative=True),
+            dual=_arccos0,
+        )
+        return Activation(
+            "relu",
+            torch.relu,
+            step.fn,
+            exact_hermite=relu_hermite_coefficients,
+            dual=_arccos1,
+            known_derivative=step,
+        )
     if s == "tanh":
         return Activation("tanh", torch.tanh, lambda x: 1 - torch.tanh(x) ** 2)
     if _HERMITE_SPEC.match(s):
@@ -176,7 +214,9 @@ def get_activation(spec) -> Activation:
         for l in degrees:
             c[l] += 1.0
         return hermite_activation(c, name=s)
-    raise ValueError(f"unknown activation {spec!r}; expected 'relu', 'tanh' or a Hermite sum like 'h1+h2'")
+    raise ValueError(
+        f"unknown activation {spec!r}; expected 'relu', 'tanh' or a Hermite sum like 'h1+h2'"
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -199,7 +239,9 @@ def hermite_coefficients(act, degree: int = 8, n_nodes: int = 200) -> torch.Tens
     ``(degree + 1,)``.
     """
     degree = check_positive_int(degree, "degree", minimum=0)
-    n_nodes = check_positive_int(n_nodes, "n_nodes", minimum=1, maximum=360)  # numpy overflows beyond
+    n_nodes = check_positive_int(
+        n_nodes, "n_nodes", minimum=1, maximum=360
+    )  # numpy overflows beyond
     fn = act if (callable(act) and not isinstance(act, str)) else get_activation(act)
     if isinstance(fn, Activation) and fn.exact_hermite is not None:
         return fn.exact_hermite(degree)
@@ -219,7 +261,9 @@ def _he_at_zero(m: int) -> Tuple[float, float]:
     return (-1.0) ** j, math.lgamma(2 * j + 1) - j * math.log(2.0) - math.lgamma(j + 1)
 
 
-def relu_hermite_coefficients(degree: int = 8, derivative: bool = False) -> torch.Tensor:
+def relu_hermite_coefficients(
+    degree: int = 8, derivative: bool = False
+) -> torch.Tensor:
     r"""Exact normalized Hermite coefficients of ReLU (or of its derivative, the step function).
 
     With :math:`h_n = He_n/\sqrt{n!}` and :math:`\phi` the standard normal density, integrating by
@@ -256,7 +300,9 @@ def relu_hermite_coefficients(degree: int = 8, derivative: bool = False) -> torc
 def _arccos1(rho: torch.Tensor) -> torch.Tensor:
     """ReLU's dual kernel :math:`E[\\mathrm{relu}(u)\\mathrm{relu}(v)] = (\\sqrt{1-\\rho^2} + (\\pi - \\arccos\\rho)\\rho)/2\\pi`."""
     r = rho.clamp(-1.0, 1.0)
-    return (torch.sqrt((1 - r * r).clamp_min(0.0)) + (math.pi - torch.arccos(r)) * r) / (2 * math.pi)
+    return (
+        torch.sqrt((1 - r * r).clamp_min(0.0)) + (math.pi - torch.arccos(r)) * r
+    ) / (2 * math.pi)
 
 
 def _arccos0(rho: torch.Tensor) -> torch.Tensor:
@@ -268,13 +314,18 @@ def _arccos0(rho: torch.Tensor) -> torch.Tensor:
 # feature maps
 # ----------------------------------------------------------------------------------------------
 
-def gaussian_weights(k: int, d: int, generator: Optional[torch.Generator] = None, dtype=None, device=None) -> torch.Tensor:
+
+def gaussian_weights(
+    k: int, d: int, generator: Optional[torch.Generator] = None, dtype=None, device=None
+) -> torch.Tensor:
     r"""First-layer weights :math:`W_{ij} \sim N(0, 1/d)`, ``(k, d)``: for :math:`\|z\| = \sqrt d` each
     pre-activation :math:`w_j^\top z` is approximately standard Gaussian."""
     k = check_positive_int(k, "k")
     d = check_positive_int(d, "d")
     dtype = dtype or torch.get_default_dtype()
-    return torch.randn(k, d, generator=generator, dtype=dtype, device=device) / math.sqrt(d)
+    return torch.randn(
+        k, d, generator=generator, dtype=dtype, device=device
+    ) / math.sqrt(d)
 
 
 def _check_z_w(Z, W):
@@ -283,7 +334,9 @@ def _check_z_w(Z, W):
         Z = Z[None, :]
     W = as_tensor(W, "W", like=Z, ndim=(2,))
     if W.shape[1] != Z.shape[1]:
-        raise ValueError(f"W has {W.shape[1]} input dimension(s) but Z has d = {Z.shape[1]}; they must match")
+        raise ValueError(
+            f"W has {W.shape[1]} input dimension(s) but Z has d = {Z.shape[1]}; they must match"
+        )
     return Z, W
 
 
@@ -338,8 +391,8 @@ def _profile_parts(act, model: str, degree: int, n_nodes: int):
         low = [float(m) ** 2 for m in mu]
 
         def num(r):
-            rest = base.dual(r) - sum(c * r ** l for l, c in enumerate(low))
-            return r ** shift * rest
+            rest = base.dual(r) - sum(c * r**l for l, c in enumerate(low))
+            return r**shift * rest
 
         den = float(base.dual(torch.tensor(1.0, dtype=torch.float64))) - sum(low)
     else:
@@ -355,11 +408,15 @@ def _profile_parts(act, model: str, degree: int, n_nodes: int):
 
         den = float(m2.sum())
     if not den > 0:
-        raise ValueError(f"{base.name!r} has no Hermite energy at degree ≥ {l0}: the alignment is undefined")
+        raise ValueError(
+            f"{base.name!r} has no Hermite energy at degree ≥ {l0}: the alignment is undefined"
+        )
     return num, den
 
 
-def alignment_profile(act, rho, model: str = "rf", degree: int = 30, n_nodes: int = 300):
+def alignment_profile(
+    act, rho, model: str = "rf", degree: int = 30, n_nodes: int = 300
+):
     r"""The alignment constant as a function of the correlation :math:`\rho = z^\top z^s/d`.
 
     * RF:  :math:`\gamma_{RF}(\rho) = \sum_{l\ge 2}\mu_l^2\rho^l \,/\, \sum_{l\ge 2}\mu_l^2`, with :math:`\mu_l` the
@@ -374,7 +431,9 @@ def alignment_profile(act, rho, model: str = "rf", degree: int = 30, n_nodes: in
     truncated; other activations are truncated at ``degree`` with quadrature coefficients.
     ``rho`` in [−1, 1], a number (returns a float) or a sequence (returns a float64 tensor).
     """
-    many = isinstance(rho, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(rho) == 1
+    many = (
+        isinstance(rho, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(rho) == 1
+    )
     vals = [float(r) for r in (rho if many else [rho])]
     if any(not (-1.0 <= r <= 1.0) for r in vals):
         raise ValueError(f"rho is a correlation and must be in [-1, 1], got {rho}")
@@ -383,7 +442,9 @@ def alignment_profile(act, rho, model: str = "rf", degree: int = 30, n_nodes: in
     return out if many else float(out[0])
 
 
-def alignment_limit(act, alpha, model: str = "rf", degree: int = 30, n_nodes: int = 300):
+def alignment_limit(
+    act, alpha, model: str = "rf", degree: int = 30, n_nodes: int = 300
+):
     r"""The paper's claimed limit :math:`\gamma` of the feature alignment :math:`F(z^s, z)`.
 
     As stated by Bombari & Mondelli (2024), Theorems 5.4 and 6.3 (our reading), in the regime where
@@ -401,14 +462,20 @@ def alignment_limit(act, alpha, model: str = "rf", degree: int = 30, n_nodes: in
     :math:`\kappa_0(\rho) = (\pi - \arccos\rho)/2\pi`); other activations are truncated at ``degree``.
     ``alpha`` in (0, 1), a number (returns a float) or a sequence (returns a float64 tensor).
     """
-    many = isinstance(alpha, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(alpha) == 1
-    alphas = [check_fraction(float(a), "alpha", meaning=" (the spurious fraction d_y/d)")
-              for a in (alpha if many else [alpha])]
+    many = (
+        isinstance(alpha, (list, tuple, np.ndarray, torch.Tensor))
+        and np.ndim(alpha) == 1
+    )
+    alphas = [
+        check_fraction(float(a), "alpha", meaning=" (the spurious fraction d_y/d)")
+        for a in (alpha if many else [alpha])
+    ]
     return alignment_profile(act, alphas if many else alphas[0], model, degree, n_nodes)
 
 
-def finite_d_alignment(act, d: int, alpha: float, model: str = "rf", n_nodes: int = 64,
-                       degree: int = 30) -> float:
+def finite_d_alignment(
+    act, d: int, alpha: float, model: str = "rf", n_nodes: int = 64, degree: int = 30
+) -> float:
     r"""The alignment constant averaged over the correlation of a sample with its counterpart in dimension ``d``.
 
     For the ``"resample"`` counterpart of :func:`~localbook.datasets.spurious_gaussian_data` (a fresh core of the same
@@ -422,7 +489,9 @@ def finite_d_alignment(act, d: int, alpha: float, model: str = "rf", n_nodes: in
     :math:`E[\rho^4] = \alpha^4 + 6\alpha^2 d_x/d^2 + 3d_x^3/((d_x+2)d^4)`. The average is a
     Gauss–Jacobi rule with ``n_nodes`` nodes: exact for Hermite sums of degree ``< 2·n_nodes``.
     """
-    from scipy.special import roots_jacobi  # scipy is a dependency; imported here, once needed
+    from scipy.special import (
+        roots_jacobi,
+    )  # scipy is a dependency; imported here, once needed
 
     d = check_positive_int(d, "d", minimum=2)
     alpha = check_fraction(alpha, "alpha", meaning=" (the spurious fraction d_y/d)")

@@ -60,13 +60,17 @@ only a weighted average, so tuning costs about as much as one ``transform`` of 2
 values are missing completely at random among the observed ones, so the choice is tuned to the
 missingness of the data passed to ``fit`` (fit on complete images, it is tuned for few holes).
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, TransformerMixin  # a dependency; this module loads lazily
+from sklearn.base import (
+    BaseEstimator,
+    TransformerMixin,
+)  # a dependency; this module loads lazily
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._validate import (
@@ -111,7 +115,10 @@ PIXEL_BANDWIDTH_GRID = (0.3, 0.4, 0.5, 0.7, 1.0, 1.4, 2.0)
 #: Candidate image weights β for ``image_weight="auto"``: 10^-2 … 10^3 in steps of 10^0.25.
 IMAGE_WEIGHT_GRID = tuple(float(10 ** (e / 4)) for e in range(-8, 13))
 _HOLDOUT_ROWS = 200
-_FALLBACK = {"pixel_bandwidth": 0.7, "image_weight": 0.3}  # when nothing can be held out
+_FALLBACK = {
+    "pixel_bandwidth": 0.7,
+    "image_weight": 0.3,
+}  # when nothing can be held out
 
 
 class LocalMeanImputer(TransformerMixin, BaseEstimator):
@@ -157,10 +164,20 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     observed reference values of that feature.
     """
 
-    def __init__(self, image_shape=None, *, layers: str = "auto", pixel_bandwidth="auto",
-                 pixel_kernel: str = "gaussian", n_neighbors: int = 10, image_kernel: str = "gaussian",
-                 image_weight="auto", imputed_weight: float = 0.3, holdout: float = 0.1,
-                 random_state: int = 0):
+    def __init__(
+        self,
+        image_shape=None,
+        *,
+        layers: str = "auto",
+        pixel_bandwidth="auto",
+        pixel_kernel: str = "gaussian",
+        n_neighbors: int = 10,
+        image_kernel: str = "gaussian",
+        image_weight="auto",
+        imputed_weight: float = 0.3,
+        holdout: float = 0.1,
+        random_state: int = 0,
+    ):
         self.image_shape = image_shape
         self.layers = layers
         self.pixel_bandwidth = pixel_bandwidth
@@ -185,7 +202,9 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         if layers != "image" or self.image_shape is not None:
             check_image_shape(self.image_shape, n_features)
         for name in ("pixel_bandwidth", "image_weight"):
-            if not (isinstance(getattr(self, name), str) and getattr(self, name) == "auto"):
+            if not (
+                isinstance(getattr(self, name), str) and getattr(self, name) == "auto"
+            ):
                 check_positive_float(getattr(self, name), name)
         get_kernel(self.pixel_kernel)
         check_positive_int(self.n_neighbors, "n_neighbors")
@@ -201,16 +220,25 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
             if reset:
                 self.n_features_in_ = t.shape[1]
             elif t.shape[1] != self.n_features_in_:
-                raise ValueError(f"X has {t.shape[1]} features, but LocalMeanImputer is expecting "
-                                 f"{self.n_features_in_} features as input")
+                raise ValueError(
+                    f"X has {t.shape[1]} features, but LocalMeanImputer is expecting "
+                    f"{self.n_features_in_} features as input"
+                )
             return t
         import scipy.sparse as sp
 
         if sp.issparse(X):
-            raise TypeError("LocalMeanImputer does not accept sparse input: a stored zero is a value, "
-                            "NaN marks a missing one; pass a dense array (X.toarray()) with NaN holes")
-        A = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32],
-                          ensure_all_finite="allow-nan")
+            raise TypeError(
+                "LocalMeanImputer does not accept sparse input: a stored zero is a value, "
+                "NaN marks a missing one; pass a dense array (X.toarray()) with NaN holes"
+            )
+        A = validate_data(
+            self,
+            X,
+            reset=reset,
+            dtype=[np.float64, np.float32],
+            ensure_all_finite="allow-nan",
+        )
         t = torch.from_numpy(np.array(A, copy=True))
         return t if reset else t.to(dtype=self.X_ref_.dtype, device=self.X_ref_.device)
 
@@ -222,53 +250,101 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         if not bool(observed.any()):
             raise ValueError("X has no observed value at all; nothing to impute from")
         counts = observed.sum(0)
-        mean = torch.where(counts > 0, torch.nan_to_num(X, nan=0.0).sum(0) / counts.clamp(min=1),
-                           torch.full_like(X[0], math.nan))
+        mean = torch.where(
+            counts > 0,
+            torch.nan_to_num(X, nan=0.0).sum(0) / counts.clamp(min=1),
+            torch.full_like(X[0], math.nan),
+        )
         # a never-observed feature falls back to the overall mean of the observed values
         self.feature_mean_ = torch.nan_to_num(mean, nan=float(X[observed].mean()))
         self.layers_ = layers
         self.pixel_bandwidth_, self.image_weight_, self.holdout_scores_ = self._tune(X)
         self.X_ref_ = X
-        self.Z_ref_, self._mass_ref = (X, None) if layers == "image" else self._layer1(X)
+        self.Z_ref_, self._mass_ref = (
+            (X, None) if layers == "image" else self._layer1(X)
+        )
         return self
 
     def _layer1(self, X, h=None):
         H, W = check_image_shape(self.image_shape, X.shape[1])
-        return _pixel_layer(X, H, W, self.pixel_bandwidth_ if h is None else h, get_kernel(self.pixel_kernel))
+        return _pixel_layer(
+            X,
+            H,
+            W,
+            self.pixel_bandwidth_ if h is None else h,
+            get_kernel(self.pixel_kernel),
+        )
 
     def _tune(self, X):
         """The hold-out recipe: hide observed values, impute them on a grid, keep the best pair."""
-        auto = {name: isinstance(getattr(self, name), str) for name in ("pixel_bandwidth", "image_weight")}
-        fixed = {name: _FALLBACK[name] if a else float(getattr(self, name)) for name, a in auto.items()}
-        if self.layers_ == "image" or not any(auto.values()) or (self.layers_ == "pixel" and not auto["pixel_bandwidth"]):
+        auto = {
+            name: isinstance(getattr(self, name), str)
+            for name in ("pixel_bandwidth", "image_weight")
+        }
+        fixed = {
+            name: _FALLBACK[name] if a else float(getattr(self, name))
+            for name, a in auto.items()
+        }
+        if (
+            self.layers_ == "image"
+            or not any(auto.values())
+            or (self.layers_ == "pixel" and not auto["pixel_bandwidth"])
+        ):
             return fixed["pixel_bandwidth"], fixed["image_weight"], None
-        hide = torch.as_tensor(holdout_mask(X, self.holdout, self.random_state, _HOLDOUT_ROWS), device=X.device)
+        hide = torch.as_tensor(
+            holdout_mask(X, self.holdout, self.random_state, _HOLDOUT_ROWS),
+            device=X.device,
+        )
         rows = torch.nonzero(hide.any(1)).flatten()
         if rows.numel() == 0:
             return fixed["pixel_bandwidth"], fixed["image_weight"], None
         Xq = X[rows].masked_fill(hide[rows], math.nan)
         truth, hidden = X[rows][hide[rows]], hide[rows]
-        hs = PIXEL_BANDWIDTH_GRID if auto["pixel_bandwidth"] else (fixed["pixel_bandwidth"],)
-        betas = IMAGE_WEIGHT_GRID if auto["image_weight"] and self.layers_ == "both" else (fixed["image_weight"],)
-        if self.layers_ == "both":  # neighbours once: each row's own original and its copies left out
+        hs = (
+            PIXEL_BANDWIDTH_GRID
+            if auto["pixel_bandwidth"]
+            else (fixed["pixel_bandwidth"],)
+        )
+        betas = (
+            IMAGE_WEIGHT_GRID
+            if auto["image_weight"] and self.layers_ == "both"
+            else (fixed["image_weight"],)
+        )
+        if (
+            self.layers_ == "both"
+        ):  # neighbours once: each row's own original and its copies left out
             same = _identical_rows(X[rows], X)
-            w, idx = _neighbour_weights(Xq, X, self.n_neighbors, get_kernel(self.image_kernel), same)
+            w, idx = _neighbour_weights(
+                Xq, X, self.n_neighbors, get_kernel(self.image_kernel), same
+            )
             uniq, inv = torch.unique(idx, return_inverse=True)
         rmse = torch.empty(len(hs), len(betas), dtype=torch.float64)
         B = torch.tensor(betas, dtype=X.dtype, device=X.device)[:, None]
         fallback = self.feature_mean_.expand_as(Xq)[hidden]
         for a, h in enumerate(hs):
-            z, S = (v[hidden] for v in self._layer1(Xq, h))  # only the hidden values are scored
+            z, S = (
+                v[hidden] for v in self._layer1(Xq, h)
+            )  # only the hidden values are scored
             if self.layers_ == "both":
-                zhat = _average(w, inv, self._layer1(X[uniq], h)[0], X[uniq], float(self.imputed_weight))
+                zhat = _average(
+                    w,
+                    inv,
+                    self._layer1(X[uniq], h)[0],
+                    X[uniq],
+                    float(self.imputed_weight),
+                )
                 Z = _combine(z, S, zhat[hidden], B)  # (len(betas), n_hidden)
             else:
                 Z = z[None]
             Z = torch.where(torch.isnan(Z), fallback, Z)
             rmse[a] = torch.sqrt(torch.mean((Z - truth) ** 2, dim=1)).cpu().double()
         a, b = divmod(int(torch.argmin(rmse)), len(betas))
-        scores = {"pixel_bandwidth": np.array(hs), "image_weight": np.array(betas), "rmse": rmse.numpy(),
-                  "n_hidden": int(hidden.sum())}
+        scores = {
+            "pixel_bandwidth": np.array(hs),
+            "image_weight": np.array(betas),
+            "rmse": rmse.numpy(),
+            "n_hidden": int(hidden.sum()),
+        }
         return float(hs[a]), float(betas[b]), scores
 
     def fit_transform(self, X, y=None):
@@ -283,7 +359,11 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     def _transform(self, X, same_as_fit: bool = False):
         check_is_fitted(self, "X_ref_")
         is_tensor = isinstance(X, torch.Tensor)
-        X = self.X_ref_ if same_as_fit and not is_tensor else self._validate(X, reset=False)
+        X = (
+            self.X_ref_
+            if same_as_fit and not is_tensor
+            else self._validate(X, reset=False)
+        )
         miss = torch.isnan(X)
         out = X.clone()
         rows = torch.nonzero(miss.any(1)).flatten()
@@ -294,13 +374,24 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
                 same = _identical_rows(Xm, self.X_ref_)
                 Z = _observed_mean(Xm, self.X_ref_, self.n_neighbors, kern, same)
             else:
-                z, mass = (self.Z_ref_[rows], self._mass_ref[rows]) if same_as_fit else self._layer1(Xm)
+                z, mass = (
+                    (self.Z_ref_[rows], self._mass_ref[rows])
+                    if same_as_fit
+                    else self._layer1(Xm)
+                )
                 if self.layers_ == "pixel":
                     Z = z
                 else:
                     same = _identical_rows(Xm, self.X_ref_)
-                    zhat = _image_local_mean(Xm, self.Z_ref_, self.X_ref_, self.n_neighbors, kern, same,
-                                             float(self.imputed_weight))
+                    zhat = _image_local_mean(
+                        Xm,
+                        self.Z_ref_,
+                        self.X_ref_,
+                        self.n_neighbors,
+                        kern,
+                        same,
+                        float(self.imputed_weight),
+                    )
                     Z = _combine(z, mass, zhat, self.image_weight_)
             Z = torch.where(torch.isnan(Z), self.feature_mean_.expand_as(Z), Z)
             out[rows] = torch.where(miss[rows], Z, Xm)

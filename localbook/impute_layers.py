@@ -11,6 +11,7 @@ in :mod:`localbook.impute` is built from; the mathematics is in that module's de
 Everything here needs only torch and numpy (the estimator adds scikit-learn); every public
 name is also importable from :mod:`localbook.impute` and the top level.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,13 @@ from ._validate import (
 )
 from .kernels import chunk_rows, get_kernel, iter_chunks, scaled_sq_dist
 
-__all__ = ["pixel_positions", "pixel_local_mean", "nan_sq_distances", "image_local_mean", "rmse_missing"]
+__all__ = [
+    "pixel_positions",
+    "pixel_local_mean",
+    "nan_sq_distances",
+    "image_local_mean",
+    "rmse_missing",
+]
 
 
 # --- layer 1: pixel level -------------------------------------------------------------------
@@ -37,11 +44,18 @@ def pixel_positions(image_shape, *, dtype=None, device=None) -> torch.Tensor:
     """The (row, column) coordinates of the pixels of an ``H × W`` image in row-major order, ``(H·W, 2)``."""
     H, W = check_image_shape(image_shape, None)
     r, c = torch.meshgrid(torch.arange(H), torch.arange(W), indexing="ij")
-    return torch.stack([r.reshape(-1), c.reshape(-1)], 1).to(dtype=dtype or torch.get_default_dtype(), device=device)
+    return torch.stack([r.reshape(-1), c.reshape(-1)], 1).to(
+        dtype=dtype or torch.get_default_dtype(), device=device
+    )
 
 
-def pixel_local_mean(X, image_shape, bandwidth: float = 1.0, kernel: str = "gaussian",
-                     return_mass: bool = False):
+def pixel_local_mean(
+    X,
+    image_shape,
+    bandwidth: float = 1.0,
+    kernel: str = "gaussian",
+    return_mass: bool = False,
+):
     r"""Layer 1: fill each missing pixel with the local mean of the observed pixels of its own image.
 
     :math:`z_{ip} = \sum_q K_h(r_p, r_q) m_{iq} x_{iq} / S_{ip}`, :math:`S_{ip} = \sum_q K_h(r_p, r_q) m_{iq}`
@@ -70,11 +84,24 @@ def _pixel_layer(X, H, W, h, kern):
     Z = torch.nan_to_num(X, nan=0.0)
     n, P = X.shape
     if kern.name == "gaussian":
+
         def conv(A):
-            kr, kc = (torch.exp(-0.5 * ((torch.arange(L, dtype=X.dtype, device=X.device)[:, None]
-                                          - torch.arange(L, dtype=X.dtype, device=X.device)) / h) ** 2)
-                      for L in (H, W))
+            kr, kc = (
+                torch.exp(
+                    -0.5
+                    * (
+                        (
+                            torch.arange(L, dtype=X.dtype, device=X.device)[:, None]
+                            - torch.arange(L, dtype=X.dtype, device=X.device)
+                        )
+                        / h
+                    )
+                    ** 2
+                )
+                for L in (H, W)
+            )
             return (kr @ A.reshape(n, H, W) @ kc).reshape(n, P)
+
         num, mass = conv(Z) - Z, (conv(M) - M).clamp(min=0.0)
         log_k = None
     else:
@@ -102,7 +129,9 @@ def _log_pixel_kernel(H, W, h, kern, X):
     """The ``(P, P)`` log-kernel matrix on pixel positions, −inf on the diagonal."""
     pos = pixel_positions((H, W), dtype=X.dtype, device=X.device)
     hh = torch.full((2,), h, dtype=X.dtype, device=X.device)
-    log_k = kern.log_profile(scaled_sq_dist(pos, pos, hh, center=pos.mean(0)))  # symmetric
+    log_k = kern.log_profile(
+        scaled_sq_dist(pos, pos, hh, center=pos.mean(0))
+    )  # symmetric
     return log_k.fill_diagonal_(-math.inf)  # a pixel never predicts itself
 
 
@@ -135,12 +164,21 @@ def _nan_sq_dist(Xq, X):
         s = (zq * zq) @ M.T + Mq[sl] @ Z2T - 2.0 * (zq @ Z.T)
         c = Mq[sl] @ M.T
         common[sl] = c
-        d2[sl] = torch.where(c > 0, s.clamp(min=0.0) * P / c.clamp(min=1.0), torch.full_like(s, math.inf))
+        d2[sl] = torch.where(
+            c > 0, s.clamp(min=0.0) * P / c.clamp(min=1.0), torch.full_like(s, math.inf)
+        )
     return d2, common
 
 
-def image_local_mean(Xq, X_ref, Z_ref, n_neighbors: int = 10, kernel: str = "gaussian",
-                     exclude: Optional[torch.Tensor] = None, imputed_weight: float = 1.0) -> torch.Tensor:
+def image_local_mean(
+    Xq,
+    X_ref,
+    Z_ref,
+    n_neighbors: int = 10,
+    kernel: str = "gaussian",
+    exclude: Optional[torch.Tensor] = None,
+    imputed_weight: float = 1.0,
+) -> torch.Tensor:
     r"""Layer 2: the local mean over similar images, ``(m, P)``.
 
     :math:`\hat z_{ip} = \sum_j w_{ij} c_{jp} z_{jp} / \sum_j w_{ij} c_{jp}` with
@@ -158,21 +196,29 @@ def image_local_mean(Xq, X_ref, Z_ref, n_neighbors: int = 10, kernel: str = "gau
     Xq = check_missing_data(Xq, "Xq", like=X_ref)
     Z_ref = as_tensor(Z_ref, "Z_ref", like=X_ref, ndim=(2,), finite=False)
     if Xq.shape[1] != X_ref.shape[1] or Z_ref.shape != X_ref.shape:
-        raise ValueError(f"Xq {tuple(Xq.shape)}, X_ref {tuple(X_ref.shape)} and Z_ref {tuple(Z_ref.shape)} must "
-                         "have the same number of features, and Z_ref the shape of X_ref")
+        raise ValueError(
+            f"Xq {tuple(Xq.shape)}, X_ref {tuple(X_ref.shape)} and Z_ref {tuple(Z_ref.shape)} must "
+            "have the same number of features, and Z_ref the shape of X_ref"
+        )
     n_neighbors = check_positive_int(n_neighbors, "n_neighbors")
     lam = _check_imputed_weight(imputed_weight)
     kern = get_kernel(kernel)
     if exclude is not None:
         exclude = torch.as_tensor(exclude, dtype=torch.bool, device=X_ref.device)
         if exclude.shape != (Xq.shape[0], X_ref.shape[0]):
-            raise ValueError(f"exclude must have shape {(Xq.shape[0], X_ref.shape[0])}, got {tuple(exclude.shape)}")
+            raise ValueError(
+                f"exclude must have shape {(Xq.shape[0], X_ref.shape[0])}, got {tuple(exclude.shape)}"
+            )
     return _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam)
 
 
 def _check_imputed_weight(value) -> float:
-    return check_fraction(value, "imputed_weight", allow_one=True,
-                          meaning=" (an imputed value counts at most as much as an observed one)")
+    return check_fraction(
+        value,
+        "imputed_weight",
+        allow_one=True,
+        meaning=" (an imputed value counts at most as much as an observed one)",
+    )
 
 
 def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam):
@@ -182,15 +228,30 @@ def _image_local_mean(Xq, Z_ref, X_ref, n_neighbors, kern, exclude, lam):
 
 def _average(w, idx, Z_ref, X_ref, lam):
     """``Σ_j w_ij c_jp Z_ref[j, p] / Σ_j w_ij c_jp`` over the neighbours ``idx``; ``(m, P)``."""
-    w = torch.nan_to_num(w, nan=0.0)  # a query with no usable neighbour: all weights 0 → NaN below
-    out = torch.empty(w.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device)
-    rows = chunk_rows(w.shape[0], Z_ref.shape[1], 3 * idx.shape[1], Z_ref.element_size(), None, Z_ref.device)
+    w = torch.nan_to_num(
+        w, nan=0.0
+    )  # a query with no usable neighbour: all weights 0 → NaN below
+    out = torch.empty(
+        w.shape[0], Z_ref.shape[1], dtype=Z_ref.dtype, device=Z_ref.device
+    )
+    rows = chunk_rows(
+        w.shape[0],
+        Z_ref.shape[1],
+        3 * idx.shape[1],
+        Z_ref.element_size(),
+        None,
+        Z_ref.device,
+    )
     for sl in iter_chunks(w.shape[0], rows):
         observed = (~torch.isnan(X_ref[idx[sl]])).to(Z_ref.dtype)  # (r, k, P)
         c = w[sl][..., None] * (lam + (1.0 - lam) * observed)
         den = c.sum(1)
         num = (c * Z_ref[idx[sl]]).sum(1)
-        out[sl] = torch.where(den > 0, num / den.clamp(min=torch.finfo(den.dtype).tiny), torch.full_like(den, math.nan))
+        out[sl] = torch.where(
+            den > 0,
+            num / den.clamp(min=torch.finfo(den.dtype).tiny),
+            torch.full_like(den, math.nan),
+        )
     return out
 
 
@@ -205,8 +266,12 @@ def _neighbour_weights(Xq, X_ref, n_neighbors, kern, exclude):
     h2 = torch.where(finite, vals, torch.zeros_like(vals)).max(1).values
     h2 = torch.where(h2 > 0, h2, torch.ones_like(h2))
     # u² = d²/h²: the k-th neighbour sits at u = 1 (weight e^{-1/2} for the Gaussian)
-    lw = torch.where(finite, kern.log_profile(vals / h2[:, None]), torch.full_like(vals, -math.inf))
-    w = torch.exp(lw - torch.logsumexp(lw, 1, keepdim=True))  # NaN rows: nothing in reach
+    lw = torch.where(
+        finite, kern.log_profile(vals / h2[:, None]), torch.full_like(vals, -math.inf)
+    )
+    w = torch.exp(
+        lw - torch.logsumexp(lw, 1, keepdim=True)
+    )  # NaN rows: nothing in reach
     return w, idx
 
 
@@ -220,7 +285,11 @@ def _combine(z, mass, zhat, beta):
     b = torch.where(torch.isnan(zhat), torch.zeros_like(beta), beta)
     num = a * torch.nan_to_num(z, nan=0.0) + b * torch.nan_to_num(zhat, nan=0.0)
     den = a + b
-    return torch.where(den > 0, num / den.clamp(min=torch.finfo(z.dtype).tiny), torch.full_like(num, math.nan))
+    return torch.where(
+        den > 0,
+        num / den.clamp(min=torch.finfo(z.dtype).tiny),
+        torch.full_like(num, math.nan),
+    )
 
 
 def _identical_rows(Xq, X):
@@ -230,10 +299,15 @@ def _identical_rows(Xq, X):
     compared entry by entry, so the answer is exact.
     """
     g = torch.Generator(device="cpu").manual_seed(12345)
-    proj = torch.randn(2, X.shape[1], generator=g, dtype=torch.float64).to(device=X.device, dtype=X.dtype)
+    proj = torch.randn(2, X.shape[1], generator=g, dtype=torch.float64).to(
+        device=X.device, dtype=X.dtype
+    )
 
     def code(A):
-        return torch.nan_to_num(A, nan=0.0) @ proj[0] + (~torch.isnan(A)).to(A.dtype) @ proj[1]
+        return (
+            torch.nan_to_num(A, nan=0.0) @ proj[0]
+            + (~torch.isnan(A)).to(A.dtype) @ proj[1]
+        )
 
     cq, cr = code(Xq), code(X)
     tol = 1e-6 * (1.0 + cr.abs().max())
@@ -256,7 +330,11 @@ def _observed_mean(Xq, X_ref, n_neighbors, kern, exclude):
     obs = (~torch.isnan(nb)).to(X_ref.dtype)
     num = (w[..., None] * obs * torch.nan_to_num(nb, nan=0.0)).sum(1)
     den = (w[..., None] * obs).sum(1)
-    return torch.where(den > 0, num / den.clamp(min=torch.finfo(X_ref.dtype).tiny), torch.full_like(num, math.nan))
+    return torch.where(
+        den > 0,
+        num / den.clamp(min=torch.finfo(X_ref.dtype).tiny),
+        torch.full_like(num, math.nan),
+    )
 
 
 # --- the score ----------------------------------------------------------------------------------
@@ -265,11 +343,24 @@ def rmse_missing(x_imputed, x_true, missing) -> float:
 
     All three arguments are ``(n, d)`` array-likes (``missing`` boolean, ``True`` = missing).
     """
-    a = np.asarray(x_imputed.detach().cpu() if isinstance(x_imputed, torch.Tensor) else x_imputed, dtype=float)
-    b = np.asarray(x_true.detach().cpu() if isinstance(x_true, torch.Tensor) else x_true, dtype=float)
-    m = np.asarray(missing.detach().cpu() if isinstance(missing, torch.Tensor) else missing, dtype=bool)
+    a = np.asarray(
+        x_imputed.detach().cpu() if isinstance(x_imputed, torch.Tensor) else x_imputed,
+        dtype=float,
+    )
+    b = np.asarray(
+        x_true.detach().cpu() if isinstance(x_true, torch.Tensor) else x_true,
+        dtype=float,
+    )
+    m = np.asarray(
+        missing.detach().cpu() if isinstance(missing, torch.Tensor) else missing,
+        dtype=bool,
+    )
     if a.shape != b.shape or a.shape != m.shape:
-        raise ValueError(f"x_imputed, x_true and missing must have the same shape, got {a.shape}, {b.shape}, {m.shape}")
+        raise ValueError(
+            f"x_imputed, x_true and missing must have the same shape, got {a.shape}, {b.shape}, {m.shape}"
+        )
     if not m.any():
-        raise ValueError("missing marks no entry; the RMSE on missing entries is undefined")
+        raise ValueError(
+            "missing marks no entry; the RMSE on missing entries is undefined"
+        )
     return float(np.sqrt(np.mean((a[m] - b[m]) ** 2)))

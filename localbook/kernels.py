@@ -20,6 +20,7 @@ Kernels are evaluated in log form (``-inf`` outside the support), which is exact
 profile above, so weights are normalized with ``logsumexp``: a query far from all the data gets
 its nearest neighbours' values instead of ``0/0``.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -29,9 +30,24 @@ from typing import Callable, Iterator, Optional, Tuple
 
 import torch
 
-from ._validate import check_bandwidth, check_choice, check_points, check_positive_int, check_query, warn_empty
+from ._validate import (
+    check_bandwidth,
+    check_choice,
+    check_points,
+    check_positive_int,
+    check_query,
+    warn_empty,
+)
 
-__all__ = ["Kernel", "KERNELS", "get_kernel", "kernel_profile", "kernel_matrix", "scaled_sq_dist", "knn_search"]
+__all__ = [
+    "Kernel",
+    "KERNELS",
+    "get_kernel",
+    "kernel_profile",
+    "kernel_matrix",
+    "scaled_sq_dist",
+    "knn_search",
+]
 
 #: Default memory budget (bytes) for one chunk of pairwise work on a GPU.
 MEMORY_BUDGET = 256 * 2**20
@@ -53,7 +69,9 @@ class Kernel:
     """A localization kernel as a function of the squared scaled distance ``u2``."""
 
     name: str
-    log_profile: Callable[[torch.Tensor], torch.Tensor]  #: ``log k`` at ``u2`` (``-inf`` outside support)
+    log_profile: Callable[
+        [torch.Tensor], torch.Tensor
+    ]  #: ``log k`` at ``u2`` (``-inf`` outside support)
     compact: bool  #: True when the support is ``u ≤ 1``
 
     def __call__(self, u2: torch.Tensor) -> torch.Tensor:
@@ -73,10 +91,20 @@ def _log1m(x: torch.Tensor) -> torch.Tensor:
 KERNELS = {
     "gaussian": Kernel("gaussian", lambda u2: -0.5 * u2, compact=False),
     "laplacian": Kernel("laplacian", lambda u2: -torch.sqrt(u2), compact=False),
-    "epanechnikov": Kernel("epanechnikov", lambda u2: _outside(u2, _log1m(u2)), compact=True),
-    "biweight": Kernel("biweight", lambda u2: _outside(u2, 2 * _log1m(u2)), compact=True),
-    "tricube": Kernel("tricube", lambda u2: _outside(u2, 3 * _log1m(u2.clamp(min=0) ** 1.5)), compact=True),
-    "uniform": Kernel("uniform", lambda u2: _outside(u2, torch.zeros_like(u2)), compact=True),
+    "epanechnikov": Kernel(
+        "epanechnikov", lambda u2: _outside(u2, _log1m(u2)), compact=True
+    ),
+    "biweight": Kernel(
+        "biweight", lambda u2: _outside(u2, 2 * _log1m(u2)), compact=True
+    ),
+    "tricube": Kernel(
+        "tricube",
+        lambda u2: _outside(u2, 3 * _log1m(u2.clamp(min=0) ** 1.5)),
+        compact=True,
+    ),
+    "uniform": Kernel(
+        "uniform", lambda u2: _outside(u2, torch.zeros_like(u2)), compact=True
+    ),
 }
 
 
@@ -109,16 +137,22 @@ def data_center(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x.amax(0) + 0.5 * x.amin(0)
 
 
-def _augment_data(x: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+def _augment_data(
+    x: torch.Tensor, h: torch.Tensor, center: torch.Tensor
+) -> torch.Tensor:
     """``[−2b, 1, |b|²]`` with ``b = (x − center)/h``: the data side of the fused distance product."""
     b = (x - center) / h
-    bb = torch.cat([-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1)
+    bb = torch.cat(
+        [-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1
+    )
     if not bool(torch.isfinite(bb[:, -1]).all()):
         _overflow("x")
     return bb
 
 
-def _augment_query(xq: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+def _augment_query(
+    xq: torch.Tensor, h: torch.Tensor, center: torch.Tensor
+) -> torch.Tensor:
     """``[a, |a|², 1]`` with ``a = (xq − center)/h``: the query side of the fused distance product."""
     a = (xq - center) / h
     aa = torch.cat([a, (a * a).sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1)
@@ -127,12 +161,19 @@ def _augment_query(xq: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> t
     return aa
 
 
-def _sq_dist_augmented(xq: torch.Tensor, bb: torch.Tensor, h: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+def _sq_dist_augmented(
+    xq: torch.Tensor, bb: torch.Tensor, h: torch.Tensor, center: torch.Tensor
+) -> torch.Tensor:
     # |a|² + |b|² − 2a·b as one matrix product: [a, |a|², 1] · [−2b, 1, |b|²]ᵀ
     return (_augment_query(xq, h, center) @ bb.T).clamp_(min=0.0)
 
 
-def scaled_sq_dist(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, center: Optional[torch.Tensor] = None) -> torch.Tensor:
+def scaled_sq_dist(
+    xq: torch.Tensor,
+    x: torch.Tensor,
+    h: torch.Tensor,
+    center: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """``u2[a, i] = |(xq[a] - x[i]) / h|²`` via one matrix product, ``(m, n)``.
 
     Centering both sets on ``center`` before the expansion keeps the cancellation error of
@@ -151,7 +192,14 @@ def kernel_matrix(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tens
     return get_kernel(kernel)(scaled_sq_dist(xq, x, h))
 
 
-def chunk_rows(m: int, n: int, width: int = 1, itemsize: int = 8, budget: Optional[int] = None, device="cpu") -> int:
+def chunk_rows(
+    m: int,
+    n: int,
+    width: int = 1,
+    itemsize: int = 8,
+    budget: Optional[int] = None,
+    device="cpu",
+) -> int:
     """Rows per chunk so that about four ``(rows, n, width)`` temporaries fit in ``budget``.
 
     The one place the memory budget is chosen: ``budget=None`` picks it by ``device``
@@ -168,8 +216,14 @@ def iter_chunks(m: int, rows: int) -> Iterator[slice]:
         yield slice(start, min(start + rows, m))
 
 
-def tile_shape(m: int, n: int, itemsize: int = 8, budget: Optional[int] = None, device="cpu",
-               depth: int = 4) -> Tuple[int, int]:
+def tile_shape(
+    m: int,
+    n: int,
+    itemsize: int = 8,
+    budget: Optional[int] = None,
+    device="cpu",
+    depth: int = 4,
+) -> Tuple[int, int]:
     """``(rows, cols)`` of one tile of the fused kernel sum (:func:`local_average`).
 
     The one place the tile is chosen. On the CPU with the default budget a tile holds
@@ -191,7 +245,13 @@ def tile_shape(m: int, n: int, itemsize: int = 8, budget: Optional[int] = None, 
     return chunk_rows(m, n, 1, itemsize, budget, device), n
 
 
-def log_weights(xq: torch.Tensor, x: torch.Tensor, h: torch.Tensor, kern: Kernel, center: torch.Tensor) -> torch.Tensor:
+def log_weights(
+    xq: torch.Tensor,
+    x: torch.Tensor,
+    h: torch.Tensor,
+    kern: Kernel,
+    center: torch.Tensor,
+) -> torch.Tensor:
     """``log K(xq[a], x[i])`` for one chunk of queries, ``(rows, n)``."""
     return kern.log_profile(scaled_sq_dist(xq, x, h, center))
 
@@ -204,7 +264,12 @@ def _exp_floor(dtype: torch.dtype) -> float:
 def _block_max(t: torch.Tensor, size: int) -> list:
     """The maximum of each consecutive block of ``size`` entries of the 1-D ``t`` (Python floats)."""
     pad = (-t.numel()) % size
-    return torch.nn.functional.pad(t, (0, pad), value=-math.inf).view(-1, size).amax(1).tolist()
+    return (
+        torch.nn.functional.pad(t, (0, pad), value=-math.inf)
+        .view(-1, size)
+        .amax(1)
+        .tolist()
+    )
 
 
 #: Compact profiles evaluated in place from ``u²`` (values in ``[0, 1]``: no shift, no exp).
@@ -227,8 +292,15 @@ def _accumulate(acc, e, v1, vT, values, c: slice, k: int) -> None:
     acc[:, k] += e.sum(1)
 
 
-def _tiled_sums(aq: torch.Tensor, bb: torch.Tensor, values: Optional[torch.Tensor], kern: Kernel,
-                tile: Tuple[int, int], online: bool, norms: Tuple[torch.Tensor, torch.Tensor]):
+def _tiled_sums(
+    aq: torch.Tensor,
+    bb: torch.Tensor,
+    values: Optional[torch.Tensor],
+    kern: Kernel,
+    tile: Tuple[int, int],
+    online: bool,
+    norms: Tuple[torch.Tensor, torch.Tensor],
+):
     r"""``S[a] = Σᵢ exp(log K(a, i) − s_a) [vᵢ, 1]`` over cache-sized tiles, and the shifts ``s``.
 
     ``aq (m, d+2)`` and ``bb (n, d+2)`` are the augmented sides of the distance product (for the
@@ -253,7 +325,9 @@ def _tiled_sums(aq: torch.Tensor, bb: torch.Tensor, values: Optional[torch.Tenso
     # product with two columns); many: no (n, k + 1) copy, the weight sum apart
     v1 = torch.cat([values, torch.ones_like(values[:, :1])], 1) if 2 <= k < 16 else None
     vT = values.T.contiguous() if k == 1 else None
-    bT = bb.T.contiguous() if bb.shape[1] <= 16 else bb.T  # a contiguous small side: faster mm
+    bT = (
+        bb.T.contiguous() if bb.shape[1] <= 16 else bb.T
+    )  # a contiguous small side: faster mm
     gauss, lap = kern.name == "gaussian", kern.name == "laplacian"
     direct = _DIRECT.get(kern.name) if kern is KERNELS.get(kern.name) else None
     floor = _exp_floor(dt)
@@ -264,7 +338,10 @@ def _tiled_sums(aq: torch.Tensor, bb: torch.Tensor, values: Optional[torch.Tenso
     if lowest(float(norms[0].max()) + float(norms[1].max())) >= floor:
         reach = [[0.0] * len(range(0, n, cols))] * len(range(0, m, rows))
     else:
-        reach = [[lowest(qa + xb) for xb in _block_max(norms[1], cols)] for qa in _block_max(norms[0], rows)]
+        reach = [
+            [lowest(qa + xb) for xb in _block_max(norms[1], cols)]
+            for qa in _block_max(norms[0], rows)
+        ]
     run_max = torch.full((m,), -math.inf, dtype=dt, device=dev)
     buf = torch.empty(min(rows, m) * min(cols, n), dtype=dt, device=dev)
     for i, r in enumerate(iter_chunks(m, rows)):
@@ -273,7 +350,9 @@ def _tiled_sums(aq: torch.Tensor, bb: torch.Tensor, values: Optional[torch.Tenso
         for j, c in enumerate(iter_chunks(n, cols)):
             lw = buf[: R * (c.stop - c.start)].view(R, -1)
             torch.mm(aq[r], bT[:, c], out=lw)
-            if direct is not None:  # weights in [0, 1] straight from u²: no shift, no exp
+            if (
+                direct is not None
+            ):  # weights in [0, 1] straight from u²: no shift, no exp
                 _accumulate(acc, direct(lw), v1, vT, values, c, k)
                 continue
             if lap:
@@ -284,15 +363,20 @@ def _tiled_sums(aq: torch.Tensor, bb: torch.Tensor, values: Optional[torch.Tenso
                 old = run_max[r].clone()
                 new = torch.maximum(old, lw.amax(1))
                 shift = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
-                grow = torch.where(torch.isfinite(old), old - shift, torch.full_like(old, -math.inf))
+                grow = torch.where(
+                    torch.isfinite(old), old - shift, torch.full_like(old, -math.inf)
+                )
                 acc.mul_(torch.exp(grow)[:, None])
                 run_max[r] = new
                 lw.sub_(shift[:, None])
             if not kern.compact and reach[i][j] < floor:
                 lw.clamp_(min=floor)  # no subnormal exp (10–70× slower)
             _accumulate(acc, lw.exp_(), v1, vT, values, c, k)
-    shift = torch.where(torch.isfinite(run_max), run_max, torch.zeros_like(run_max)) if online \
+    shift = (
+        torch.where(torch.isfinite(run_max), run_max, torch.zeros_like(run_max))
+        if online
         else torch.zeros_like(run_max)
+    )
     return sums, shift
 
 
@@ -303,8 +387,16 @@ GRID_MAX_DIM = 3
 GRID_MIN_SPAN = 32
 
 
-def _grid_sums(xq: torch.Tensor, x: torch.Tensor, values: Optional[torch.Tensor], h: torch.Tensor,
-               kern: Kernel, center: torch.Tensor, budget: Optional[int] = None, force: bool = False):
+def _grid_sums(
+    xq: torch.Tensor,
+    x: torch.Tensor,
+    values: Optional[torch.Tensor],
+    h: torch.Tensor,
+    kern: Kernel,
+    center: torch.Tensor,
+    budget: Optional[int] = None,
+    force: bool = False,
+):
     r"""``[Σᵢ K vᵢ, Σᵢ K]`` for a compact kernel from a cell list, or ``None`` when brute force is
     cheaper.
 
@@ -334,14 +426,23 @@ def _grid_sums(xq: torch.Tensor, x: torch.Tensor, values: Optional[torch.Tensor]
     st = torch.tensor(stride, device=x.device)
     key = ((cx - lo) * st).sum(1)
     ks, order = torch.sort(key)
-    cq = torch.floor(qs.clamp(min=-2.0**62, max=2.0**62)).long()
-    valid = ((cq >= lo) & (cq <= hi)).all(1)  # a query farther out has no point within reach
+    cq = torch.floor(qs.clamp(min=-(2.0**62), max=2.0**62)).long()
+    valid = ((cq >= lo) & (cq <= hi)).all(
+        1
+    )  # a query farther out has no point within reach
     cq = torch.minimum(torch.maximum(cq, lo), hi)
-    offsets = torch.cartesian_prod(*[torch.tensor([-1, 0, 1], device=x.device)] * (d - 1)) if d > 1 else None
+    offsets = (
+        torch.cartesian_prod(*[torch.tensor([-1, 0, 1], device=x.device)] * (d - 1))
+        if d > 1
+        else None
+    )
     last_lo = torch.clamp(cq[:, -1] - 1, min=int(lo[-1])) - lo[-1]
     last_hi = torch.clamp(cq[:, -1] + 1, max=int(hi[-1])) - lo[-1]
     if d > 1:
-        base = torch.minimum(torch.maximum(cq[:, None, :-1] + offsets.reshape(-1, d - 1)[None], lo[:-1]), hi[:-1])
+        base = torch.minimum(
+            torch.maximum(cq[:, None, :-1] + offsets.reshape(-1, d - 1)[None], lo[:-1]),
+            hi[:-1],
+        )
         row_key = ((base - lo[:-1]) * st[:-1]).sum(2)  # (m, 3^(d-1))
     else:
         row_key = torch.zeros(m, 1, dtype=torch.long, device=x.device)
@@ -353,18 +454,28 @@ def _grid_sums(xq: torch.Tensor, x: torch.Tensor, values: Optional[torch.Tensor]
     if not force and total * GRID_MIN_SPAN > m * n:
         return None
     k = 0 if values is None else values.shape[1]
-    v1 = torch.ones(n, 1, dtype=x.dtype, device=x.device) if values is None else \
-        torch.cat([values, torch.ones_like(values[:, :1])], 1)
+    v1 = (
+        torch.ones(n, 1, dtype=x.dtype, device=x.device)
+        if values is None
+        else torch.cat([values, torch.ones_like(values[:, :1])], 1)
+    )
     xs_o, v1_o = xs[order], v1[order]
     sums = torch.zeros(m, k + 1, dtype=x.dtype, device=x.device)
-    cap = max(1, default_budget(x.device) if budget is None else budget) // (8 * (2 * d + k + 8))
+    cap = max(1, default_budget(x.device) if budget is None else budget) // (
+        8 * (2 * d + k + 8)
+    )
     bounds = torch.cumsum(per_query, 0).tolist()
     first, done = 0, 0
-    while first < m:  # query chunks of at most `cap` candidate pairs (at least one query)
+    while (
+        first < m
+    ):  # query chunks of at most `cap` candidate pairs (at least one query)
         last = max(first + 1, bisect.bisect_right(bounds, done + cap, lo=first))
         cnt = count[first:last].reshape(-1)
         seg = torch.repeat_interleave(torch.arange(cnt.numel(), device=x.device), cnt)
-        ofs = torch.arange(seg.numel(), device=x.device) - (torch.cumsum(cnt, 0) - cnt)[seg]
+        ofs = (
+            torch.arange(seg.numel(), device=x.device)
+            - (torch.cumsum(cnt, 0) - cnt)[seg]
+        )
         pidx = start[first:last].reshape(-1)[seg] + ofs
         qid = seg // count.shape[1]
         diff = xs_o[pidx] - qs[first:last][qid]
@@ -396,12 +507,19 @@ def _fused_average(xq, x, values, h, kern: Kernel, center, budget):
     # of the online shift are cheap next to long distance products
     online = x.dtype != torch.float64 and aq.shape[1] > 16
     sums, shift = _tiled_sums(aq, bb, values, kern, tile, online, norms)
-    if not online and not kern.compact:  # compact kernels are never floored: exact as they are
+    if (
+        not online and not kern.compact
+    ):  # compact kernels are never floored: exact as they are
         # floored terms add at most n·exp(floor) each row: keep rows 2/eps times above that
-        redo = sums[:, -1] < n * math.exp(_exp_floor(x.dtype)) * 2.0 / torch.finfo(x.dtype).eps
+        redo = (
+            sums[:, -1]
+            < n * math.exp(_exp_floor(x.dtype)) * 2.0 / torch.finfo(x.dtype).eps
+        )
         idx = torch.nonzero(redo)[:, 0]
         if idx.numel():
-            sums[idx], shift[idx] = _tiled_sums(aq[idx], bb, values, kern, tile, True, (norms[0][idx], norms[1]))
+            sums[idx], shift[idx] = _tiled_sums(
+                aq[idx], bb, values, kern, tile, True, (norms[0][idx], norms[1])
+            )
     s = sums[:, -1]
     log_sum = (shift + torch.log(s)).to(x.dtype)
     mean = None if values is None else (sums[:, :-1] / s[:, None]).to(x.dtype)
@@ -459,7 +577,9 @@ def _graph_average(xq, x, values, h, kern: Kernel, center, budget):
         lw = lw - top
         e = torch.exp(lw if kern.compact else lw.clamp(min=floor))
         s = e.sum(dim=1)
-        log_sum.append(top[:, 0] + torch.log(s))  # an empty row has s = 0, log_sum = -inf
+        log_sum.append(
+            top[:, 0] + torch.log(s)
+        )  # an empty row has s = 0, log_sum = -inf
         if values is not None:
             means.append((e @ values) / s[:, None])
     return (torch.cat(means) if values is not None else None), torch.cat(log_sum)
@@ -475,7 +595,12 @@ def _mix(b: torch.Tensor) -> torch.Tensor:
 
 def _row_keys(t: torch.Tensor) -> torch.Tensor:
     """One int64 hash per row of ``t`` from the bits of its entries (equal rows, equal keys)."""
-    bits = (t + 0.0).contiguous().view(torch.int64 if t.element_size() == 8 else torch.int32).long()
+    bits = (
+        (t + 0.0)
+        .contiguous()
+        .view(torch.int64 if t.element_size() == 8 else torch.int32)
+        .long()
+    )
     key = _mix(bits[:, 0])  # + 0.0 above: −0 and 0 get one key
     for j in range(1, t.shape[1]):
         key = _mix(key * 1_000_003 + _mix(bits[:, j]))
@@ -497,18 +622,32 @@ def _first_seen(key: torch.Tensor):
     """Distinct keys ``(u,)``, the first row holding each, and each row's group ``(n,)``."""
     uniq, inverse = torch.unique(key, return_inverse=True)
     order = torch.arange(key.numel(), device=key.device)
-    first = torch.full((uniq.numel(),), key.numel(), dtype=order.dtype, device=key.device)
+    first = torch.full(
+        (uniq.numel(),), key.numel(), dtype=order.dtype, device=key.device
+    )
     return uniq, first.scatter_reduce(0, inverse, order, reduce="amin"), inverse
 
 
-def warn_empty_kernel(n_empty: int, m: int, kernel_name: str, *, stacklevel: int = 2) -> None:
+def warn_empty_kernel(
+    n_empty: int, m: int, kernel_name: str, *, stacklevel: int = 2
+) -> None:
     """The empty-neighbourhood warning of a compact kernel (through ``_validate.warn_empty``)."""
-    warn_empty(n_empty, m, f"have no data point within the bandwidth of the compact {kernel_name!r} kernel",
-               hint="use a larger bandwidth or a kernel with unbounded support", stacklevel=stacklevel + 1)
+    warn_empty(
+        n_empty,
+        m,
+        f"have no data point within the bandwidth of the compact {kernel_name!r} kernel",
+        hint="use a larger bandwidth or a kernel with unbounded support",
+        stacklevel=stacklevel + 1,
+    )
 
 
-def _knn(xq: torch.Tensor, x: torch.Tensor, n_neighbors: int, h: Optional[torch.Tensor] = None,
-         center: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def _knn(
+    xq: torch.Tensor,
+    x: torch.Tensor,
+    n_neighbors: int,
+    h: Optional[torch.Tensor] = None,
+    center: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(u2, idx)``: squared scaled distances ``(m, k)`` (ascending) and indices of the ``k``
     nearest rows of ``x`` for each row of ``xq``, on validated tensors, in row chunks under the
     device's budget. ``h`` defaults to 1 (Euclidean); for ``k = 1`` ties go to the first point."""

@@ -8,6 +8,7 @@ space: the bigram model :math:`p(b \mid a) = K(a, b) / \sum_{b'} K(a, b')` with 
 (:func:`bigram_kernel`) or a learned one (:class:`DiscreteKernel`). :func:`word_groups` groups the
 characters of a passage into words, for :func:`~localbook.attention_graph`.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,7 +61,9 @@ class CharTokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         unknown = sorted(set(text) - self.index.keys())
         if unknown:
-            raise ValueError(f"text contains {len(unknown)} character(s) not in the vocabulary: {''.join(unknown)!r}")
+            raise ValueError(
+                f"text contains {len(unknown)} character(s) not in the vocabulary: {''.join(unknown)!r}"
+            )
         return torch.tensor([self.index[c] for c in text], dtype=torch.long)
 
     def decode(self, ids) -> str:
@@ -75,17 +78,28 @@ class CharTokenizer:
 
 
 def _check_tokens(tokens, name="tokens") -> torch.Tensor:
-    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 1:
+    if (
+        not isinstance(tokens, torch.Tensor)
+        or tokens.dtype not in (torch.int64, torch.int32)
+        or tokens.ndim != 1
+    ):
         raise TypeError(f"{name} must be a 1-D integer tensor of token ids")
     return tokens.long()
 
 
-def sample_batch(tokens: torch.Tensor, batch_size: int, context: int, generator: Optional[torch.Generator] = None):
+def sample_batch(
+    tokens: torch.Tensor,
+    batch_size: int,
+    context: int,
+    generator: Optional[torch.Generator] = None,
+):
     """``batch_size`` random windows of ``tokens``: inputs ``x (B, T)`` and next tokens ``y (B, T)``."""
     tokens = _check_tokens(tokens)
     batch_size = check_positive_int(batch_size, "batch_size")
     context = check_positive_int(context, "context", maximum=max(1, tokens.numel() - 1))
-    start = torch.randint(0, tokens.numel() - context, (batch_size,), generator=generator)
+    start = torch.randint(
+        0, tokens.numel() - context, (batch_size,), generator=generator
+    )
     idx = start[:, None] + torch.arange(context)
     idx = idx.to(tokens.device)
     return tokens[idx], tokens[idx + 1]
@@ -100,10 +114,19 @@ class TrainingHistory:
     seconds: float = 0.0
 
 
-def train_language_model(model: nn.Module, tokens: torch.Tensor, *, n_steps: int = 300, batch_size: int = 32,
-                         context: int = 64, lr: float = 3e-3, seed: int = 0, progress: Optional[bool] = None,
-                         log_every: int = 10,
-                         callback: Optional[Callable[[int, nn.Module], None]] = None) -> TrainingHistory:
+def train_language_model(
+    model: nn.Module,
+    tokens: torch.Tensor,
+    *,
+    n_steps: int = 300,
+    batch_size: int = 32,
+    context: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    progress: Optional[bool] = None,
+    log_every: int = 10,
+    callback: Optional[Callable[[int, nn.Module], None]] = None,
+) -> TrainingHistory:
     r"""Next-token training with AdamW: minimize :math:`-\frac1{BT}\sum \log p(x_{t+1} \mid x_{\le t})`.
 
     ``model`` maps ``(B, T)`` token ids to ``(B, T, V)`` logits (a :class:`LocalTransformer` or a
@@ -122,12 +145,21 @@ def train_language_model(model: nn.Module, tokens: torch.Tensor, *, n_steps: int
     lr = check_positive_float(lr, "lr")
     log_every = check_positive_int(log_every, "log_every")
     if callback is not None and not callable(callback):
-        raise TypeError(f"callback must be callable as callback(step, model), got {type(callback).__name__}")
+        raise TypeError(
+            f"callback must be callable as callback(step, model), got {type(callback).__name__}"
+        )
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_steps, eta_min=lr / 10)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
+        opt, T_max=n_steps, eta_min=lr / 10
+    )
     hist = TrainingHistory()
-    bar = tqdm(range(n_steps), disable=not progress_enabled(progress), desc="training", leave=False)
+    bar = tqdm(
+        range(n_steps),
+        disable=not progress_enabled(progress),
+        desc="training",
+        leave=False,
+    )
     model.train()
     t0 = time.perf_counter()
     for step in bar:
@@ -150,8 +182,13 @@ def train_language_model(model: nn.Module, tokens: torch.Tensor, *, n_steps: int
 
 
 @torch.no_grad()
-def evaluate_loss(model: nn.Module, tokens: torch.Tensor, context: int = 64, max_windows: int = 256,
-                  reduction: str = "mean"):
+def evaluate_loss(
+    model: nn.Module,
+    tokens: torch.Tensor,
+    context: int = 64,
+    max_windows: int = 256,
+    reduction: str = "mean",
+):
     """Mean next-token cross-entropy (nats) over consecutive non-overlapping windows of ``tokens``.
 
     ``reduction="none"`` returns the loss of every predicted token instead, a float64 tensor
@@ -164,12 +201,16 @@ def evaluate_loss(model: nn.Module, tokens: torch.Tensor, context: int = 64, max
     max_windows = check_positive_int(max_windows, "max_windows")
     n = min(max_windows, (tokens.numel() - 1) // context)
     x = tokens[: n * context].view(n, context)
-    y = tokens[1: n * context + 1].view(n, context)
+    y = tokens[1 : n * context + 1].view(n, context)
     was = model.training
     model.eval()
     logits = model(x)
     model.train(was)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), y.reshape(-1), reduction=reduction)
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).double(),
+        y.reshape(-1),
+        reduction=reduction,
+    )
     return loss.view(n, context) if reduction == "none" else float(loss)
 
 
@@ -181,12 +222,18 @@ def bigram_counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     if tokens.numel() < 2:
         raise ValueError("tokens must hold at least two ids to count bigrams")
     if int(tokens.min()) < 0 or int(tokens.max()) >= V:
-        raise ValueError(f"tokens must be ids in [0, {V}), got values in [{int(tokens.min())}, {int(tokens.max())}]")
+        raise ValueError(
+            f"tokens must be ids in [0, {V}), got values in [{int(tokens.min())}, {int(tokens.max())}]"
+        )
     flat = tokens[:-1] * V + tokens[1:]
-    return torch.bincount(flat, minlength=V * V).view(V, V).to(torch.get_default_dtype())
+    return (
+        torch.bincount(flat, minlength=V * V).view(V, V).to(torch.get_default_dtype())
+    )
 
 
-def bigram_kernel(tokens: torch.Tensor, vocab_size: int, smoothing: float = 1.0) -> torch.Tensor:
+def bigram_kernel(
+    tokens: torch.Tensor, vocab_size: int, smoothing: float = 1.0
+) -> torch.Tensor:
     r"""The bigram local mean :math:`p(b \mid a) = (C_{ab} + \alpha) / \sum_{b'} (C_{ab'} + \alpha)`, ``(V, V)``.
 
     It is the maximum-likelihood :class:`DiscreteKernel` (row-normalized) when ``smoothing = 0``.
@@ -213,7 +260,9 @@ class DiscreteKernel(nn.Module):
     def __init__(self, vocab_size: int, rank: Optional[int] = None, seed: int = 0):
         super().__init__()
         self.vocab_size = V = check_positive_int(vocab_size, "vocab_size")
-        self.rank = None if rank is None else check_positive_int(rank, "rank", maximum=V)
+        self.rank = (
+            None if rank is None else check_positive_int(rank, "rank", maximum=V)
+        )
         g = torch.Generator().manual_seed(seed)
         if self.rank is None:
             self.log_kernel = nn.Parameter(torch.zeros(V, V))
@@ -233,7 +282,10 @@ class DiscreteKernel(nn.Module):
         return torch.softmax(self.log_matrix(), dim=-1)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int64, torch.int32):
+        if not isinstance(idx, torch.Tensor) or idx.dtype not in (
+            torch.int64,
+            torch.int32,
+        ):
             raise TypeError("idx must be an integer tensor of token ids")
         return self.log_matrix()[idx]
 
@@ -251,13 +303,14 @@ def word_groups(text: str) -> Tuple[torch.Tensor, List[str]]:
     group = [-1] * len(text)
     labels: List[str] = []
     for m in re.finditer(r"[\w'’]+|[^\w\s]", text):
-        group[m.start():m.end()] = [len(labels)] * (m.end() - m.start())
+        group[m.start() : m.end()] = [len(labels)] * (m.end() - m.start())
         labels.append(m.group())
     prev = next(g for g in group if g >= 0)
-    for i, g in enumerate(group):  # fill whitespace forward: a loop over one short passage
+    for i, g in enumerate(
+        group
+    ):  # fill whitespace forward: a loop over one short passage
         if g < 0:
             group[i] = prev
         else:
             prev = g
     return torch.tensor(group, dtype=torch.long), labels
-

@@ -10,6 +10,7 @@ The pinball loss gives the local quantile (:func:`local_quantile`); Takagi–Sug
 are a local mean of local linear models (:func:`takagi_sugeno`, :func:`fit_takagi_sugeno`); a
 kernel on position *and* value gives the bilateral filter (:func:`bilateral_filter`).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,16 +19,42 @@ import warnings
 
 import torch
 
-from ._validate import (as_tensor, check_bandwidth, check_choice, check_labels, check_points,
-                        check_positive_float, check_positive_int, check_query, check_targets)
-from .kernels import KERNELS, Kernel, chunk_rows, data_center, get_kernel, iter_chunks, local_average, log_weights
+from ._validate import (
+    as_tensor,
+    check_bandwidth,
+    check_choice,
+    check_labels,
+    check_points,
+    check_positive_float,
+    check_positive_int,
+    check_query,
+    check_targets,
+)
+from .kernels import (
+    KERNELS,
+    Kernel,
+    chunk_rows,
+    data_center,
+    get_kernel,
+    iter_chunks,
+    local_average,
+    log_weights,
+)
 
-__all__ = ["local_mode_classify", "local_quantile", "pinball_loss", "takagi_sugeno",
-           "rule_memberships", "fit_takagi_sugeno", "bilateral_filter"]
+__all__ = [
+    "local_mode_classify",
+    "local_quantile",
+    "pinball_loss",
+    "takagi_sugeno",
+    "rule_memberships",
+    "fit_takagi_sugeno",
+    "bilateral_filter",
+]
 
 
-def local_mode_classify(x_query, x, labels, bandwidth, kernel: str = "gaussian",
-                        return_proba: bool = False):
+def local_mode_classify(
+    x_query, x, labels, bandwidth, kernel: str = "gaussian", return_proba: bool = False
+):
     r"""The local mode: the class with the largest kernel mass around each query.
 
     ``x_query (m, d)``, ``x (n, d)``, ``labels (n,)`` (integers or strings), ``bandwidth`` a
@@ -45,7 +72,11 @@ def local_mode_classify(x_query, x, labels, bandwidth, kernel: str = "gaussian",
     onehot = torch.nn.functional.one_hot(codes, len(classes)).to(x.dtype)
     proba, _ = local_average(xq, x, onehot, h, kernel)
     best = torch.nan_to_num(proba, nan=-1.0).argmax(dim=1)
-    pred = classes[best] if isinstance(classes, torch.Tensor) else classes[best.cpu().numpy()]
+    pred = (
+        classes[best]
+        if isinstance(classes, torch.Tensor)
+        else classes[best.cpu().numpy()]
+    )
     return (pred, proba, classes) if return_proba else pred
 
 
@@ -53,15 +84,21 @@ def local_mode_classify(x_query, x, labels, bandwidth, kernel: str = "gaussian",
 def _check_levels(q):
     """Quantile levels in the open interval (0, 1): a float or a 1-D array."""
     if isinstance(q, bool):
-        raise TypeError("q must be a number in (0, 1) or a 1-D array of them, got a bool")
+        raise TypeError(
+            "q must be a number in (0, 1) or a 1-D array of them, got a bool"
+        )
     scalar = isinstance(q, numbers.Real)
-    levels = as_tensor([q] if scalar else q, "q", ndim=(1,), like=torch.zeros(1, dtype=torch.float64))
+    levels = as_tensor(
+        [q] if scalar else q, "q", ndim=(1,), like=torch.zeros(1, dtype=torch.float64)
+    )
     if bool(((levels <= 0) | (levels >= 1)).any()):
         raise ValueError(f"q must lie strictly between 0 and 1, got {levels.tolist()}")
     return levels, scalar
 
 
-def local_quantile(x_query, x, y, bandwidth, q=0.5, kernel: str = "gaussian") -> torch.Tensor:
+def local_quantile(
+    x_query, x, y, bandwidth, q=0.5, kernel: str = "gaussian"
+) -> torch.Tensor:
     r"""The local ``q``-quantile: a minimizer of the kernel-weighted pinball loss.
 
     :math:`\hat\theta_q(x^*) \in \arg\min_\theta \sum_i K(x^*, x_i)\,\rho_q(y_i - \theta)` with
@@ -78,7 +115,9 @@ def local_quantile(x_query, x, y, bandwidth, q=0.5, kernel: str = "gaussian") ->
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
     y2, _ = check_targets(y, x.shape[0], like=x)
     if y2.shape[1] != 1:
-        raise ValueError(f"y must be (n,) for local_quantile (one response), got shape {tuple(y2.shape)}")
+        raise ValueError(
+            f"y must be (n,) for local_quantile (one response), got shape {tuple(y2.shape)}"
+        )
     levels, scalar = _check_levels(q)
     levels = levels.to(dtype=x.dtype, device=x.device)
     kern = get_kernel(kernel)
@@ -91,7 +130,9 @@ def local_quantile(x_query, x, y, bandwidth, q=0.5, kernel: str = "gaussian") ->
         lw = log_weights(xq[sl], xs, h, kern, center)
         top = lw.amax(dim=1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        cum = torch.exp(lw - top).cumsum(dim=1)  # weights relative to the largest: no underflow
+        cum = torch.exp(lw - top).cumsum(
+            dim=1
+        )  # weights relative to the largest: no underflow
         target = levels[None, :] * cum[:, -1:]
         j = torch.searchsorted(cum, target.contiguous()).clamp_(max=n - 1)
         res = ys[j]
@@ -99,8 +140,12 @@ def local_quantile(x_query, x, y, bandwidth, q=0.5, kernel: str = "gaussian") ->
         out[sl] = res
     n_empty = int(torch.isnan(out[:, 0]).sum())
     if n_empty:
-        warnings.warn(f"{n_empty} of {m} queries have no data point within the bandwidth of the "
-                      f"compact {kern.name!r} kernel; their quantiles are NaN", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"{n_empty} of {m} queries have no data point within the bandwidth of the "
+            f"compact {kern.name!r} kernel; their quantiles are NaN",
+            UserWarning,
+            stacklevel=2,
+        )
     return out[:, 0] if scalar else out
 
 
@@ -116,8 +161,11 @@ def pinball_loss(u, q=0.5) -> torch.Tensor:
 # --- fuzzy inference: Takagi–Sugeno rules ----------------------------------------------------
 def _membership(membership):
     """A membership function is a localization kernel profile: name it as a kernel."""
-    return membership if isinstance(membership, Kernel) else get_kernel(
-        check_choice(membership, "membership", list(KERNELS)))
+    return (
+        membership
+        if isinstance(membership, Kernel)
+        else get_kernel(check_choice(membership, "membership", list(KERNELS)))
+    )
 
 
 def _check_coefficients(coefficients, R: int, d: int, like):
@@ -125,12 +173,16 @@ def _check_coefficients(coefficients, R: int, d: int, like):
     if a.ndim == 1:
         a = a[:, None]
     if a.shape[0] != R or a.shape[1] not in (1, d + 1):
-        raise ValueError(f"coefficients must be ({R}, 1) (zero-order rules) or ({R}, {d + 1}) "
-                         f"(intercept and {d} slopes), got shape {tuple(a.shape)}")
+        raise ValueError(
+            f"coefficients must be ({R}, 1) (zero-order rules) or ({R}, {d + 1}) "
+            f"(intercept and {d} slopes), got shape {tuple(a.shape)}"
+        )
     return a
 
 
-def takagi_sugeno(x_query, centers, bandwidth, coefficients, membership: str = "gaussian") -> torch.Tensor:
+def takagi_sugeno(
+    x_query, centers, bandwidth, coefficients, membership: str = "gaussian"
+) -> torch.Tensor:
     r"""Takagi–Sugeno fuzzy inference: a local mean of the rules' linear models.
 
     Rule ``r`` reads "if :math:`x` is near :math:`c_r` then :math:`y = a_r + b_r^\top x`"; its
@@ -145,13 +197,17 @@ def takagi_sugeno(x_query, centers, bandwidth, coefficients, membership: str = "
     xq = check_query(x_query, c)
     h = check_bandwidth(bandwidth, c.shape[1], like=c)
     a = _check_coefficients(coefficients, c.shape[0], c.shape[1], c)
-    mean, _ = local_average(xq, c, a, h, _membership(membership))  # normalized firing strengths times [a, b]
+    mean, _ = local_average(
+        xq, c, a, h, _membership(membership)
+    )  # normalized firing strengths times [a, b]
     if a.shape[1] == 1:
         return mean[:, 0]
     return mean[:, 0] + (mean[:, 1:] * xq).sum(dim=1)
 
 
-def rule_memberships(x_query, centers, bandwidth, membership: str = "gaussian") -> torch.Tensor:
+def rule_memberships(
+    x_query, centers, bandwidth, membership: str = "gaussian"
+) -> torch.Tensor:
     r"""Normalized firing strengths :math:`\bar\mu_r(x) = \mu_r(x)/\sum_s \mu_s(x)`, ``(m, R)``."""
     c = check_points(centers, "centers")
     xq = check_query(x_query, c)
@@ -161,8 +217,16 @@ def rule_memberships(x_query, centers, bandwidth, membership: str = "gaussian") 
     return mean
 
 
-def fit_takagi_sugeno(x, y, centers, bandwidth, order: int = 1, membership: str = "gaussian",
-                      method: str = "local", ridge: float = 0.0) -> torch.Tensor:
+def fit_takagi_sugeno(
+    x,
+    y,
+    centers,
+    bandwidth,
+    order: int = 1,
+    membership: str = "gaussian",
+    method: str = "local",
+    ridge: float = 0.0,
+) -> torch.Tensor:
     r"""Consequents of Takagi–Sugeno rules by (weighted) least squares; returns ``(R, order·d + 1)``.
 
     ``method="local"``: each rule separately, by least squares weighted with its own memberships,
@@ -182,30 +246,47 @@ def fit_takagi_sugeno(x, y, centers, bandwidth, order: int = 1, membership: str 
     method = check_choice(method, "method", ["local", "global"])
     ridge = check_positive_float(ridge, "ridge", allow_zero=True)
     kern = _membership(membership)
-    A = torch.cat([torch.ones_like(x[:, :1]), x], 1) if order == 1 else torch.ones_like(x[:, :1])
+    A = (
+        torch.cat([torch.ones_like(x[:, :1]), x], 1)
+        if order == 1
+        else torch.ones_like(x[:, :1])
+    )
     p, R = A.shape[1], c.shape[0]
     eye = ridge * torch.eye(p, dtype=x.dtype, device=x.device)
     if method == "local":
         theta = torch.empty(R, p, dtype=x.dtype, device=x.device)
         center = data_center(x)
-        for sl in iter_chunks(R, chunk_rows(R, x.shape[0], p, x.element_size(), None, x.device)):
-            W = torch.exp(log_weights(c[sl], x, h, kern, center))  # memberships (rows, n)
+        for sl in iter_chunks(
+            R, chunk_rows(R, x.shape[0], p, x.element_size(), None, x.device)
+        ):
+            W = torch.exp(
+                log_weights(c[sl], x, h, kern, center)
+            )  # memberships (rows, n)
             M = torch.einsum("rn,nj,nk->rjk", W, A, A) + eye
             b = (W * y2[:, 0]) @ A
             sol, info = torch.linalg.solve_ex(M, b)
             if bool((info != 0).any()) or not bool(torch.isfinite(sol).all()):
-                bad = int(sl.start + int(((info != 0) | ~torch.isfinite(sol).all(1)).nonzero()[0, 0]))
-                raise ValueError(f"rule {bad}: too few data points fire it to fit {p} coefficient(s); "
-                                 "use a larger bandwidth, fewer centers, order=0 or ridge > 0")
+                bad = int(
+                    sl.start
+                    + int(((info != 0) | ~torch.isfinite(sol).all(1)).nonzero()[0, 0])
+                )
+                raise ValueError(
+                    f"rule {bad}: too few data points fire it to fit {p} coefficient(s); "
+                    "use a larger bandwidth, fewer centers, order=0 or ridge > 0"
+                )
             theta[sl] = sol
         return theta
     wbar = rule_memberships(x, c, h, kern)  # (n, R)
     if bool(torch.isnan(wbar).any()):
-        raise ValueError("some data points fire no rule (compact membership); use a larger bandwidth")
+        raise ValueError(
+            "some data points fire no rule (compact membership); use a larger bandwidth"
+        )
     Phi = (wbar[:, :, None] * A[:, None, :]).reshape(x.shape[0], R * p)
     G = Phi.T @ Phi + ridge * torch.eye(R * p, dtype=x.dtype, device=x.device)
     if ridge == 0:
-        sol = torch.linalg.lstsq(Phi, y2, driver="gelsd" if Phi.device.type == "cpu" else None).solution
+        sol = torch.linalg.lstsq(
+            Phi, y2, driver="gelsd" if Phi.device.type == "cpu" else None
+        ).solution
     else:
         sol = torch.linalg.solve(G, Phi.T @ y2)
     return sol.reshape(R, p)
@@ -217,12 +298,16 @@ def _check_image(image):
     if img.ndim == 2:
         return img[None], True
     if img.shape[0] > 4 and img.shape[-1] <= 4:
-        raise ValueError(f"image must be (H, W) or channel-first (C, H, W), got shape {tuple(img.shape)}; "
-                         "move the channel axis first (e.g. image.permute(2, 0, 1))")
+        raise ValueError(
+            f"image must be (H, W) or channel-first (C, H, W), got shape {tuple(img.shape)}; "
+            "move the channel axis first (e.g. image.permute(2, 0, 1))"
+        )
     return img, False
 
 
-def bilateral_filter(image, spatial_bandwidth, range_bandwidth, window=None) -> torch.Tensor:
+def bilateral_filter(
+    image, spatial_bandwidth, range_bandwidth, window=None
+) -> torch.Tensor:
     r"""The bilateral filter: a self-local mean over position *and* value (Tomasi & Manduchi).
 
     :math:`BF[I]_p = \sum_q k(\lVert p - q\rVert/\sigma_s)\,k(\lVert I_p - I_q\rVert/\sigma_r)\,I_q
@@ -241,8 +326,11 @@ def bilateral_filter(image, spatial_bandwidth, range_bandwidth, window=None) -> 
     r = check_positive_float(range_bandwidth, "range_bandwidth")
     C, H, W = img.shape
     if window is None:
-        rows, cols = torch.meshgrid(torch.arange(H, dtype=img.dtype, device=img.device),
-                                    torch.arange(W, dtype=img.dtype, device=img.device), indexing="ij")
+        rows, cols = torch.meshgrid(
+            torch.arange(H, dtype=img.dtype, device=img.device),
+            torch.arange(W, dtype=img.dtype, device=img.device),
+            indexing="ij",
+        )
         vals = img.reshape(C, H * W).T  # (HW, C)
         z = torch.cat([rows.reshape(-1, 1), cols.reshape(-1, 1), vals], 1)
         h = torch.tensor([s, s] + [r] * C, dtype=img.dtype, device=img.device)
@@ -251,14 +339,20 @@ def bilateral_filter(image, spatial_bandwidth, range_bandwidth, window=None) -> 
     else:
         w = check_positive_int(window, "window")
         pad = torch.nn.functional.pad(img, (w, w, w, w))
-        inside = torch.nn.functional.pad(torch.ones(1, H, W, dtype=img.dtype, device=img.device), (w, w, w, w))
+        inside = torch.nn.functional.pad(
+            torch.ones(1, H, W, dtype=img.dtype, device=img.device), (w, w, w, w)
+        )
         num = torch.zeros_like(img)
         den = torch.zeros(1, H, W, dtype=img.dtype, device=img.device)
-        for di in range(-w, w + 1):  # a loop over the window's offsets, vectorized over pixels
+        for di in range(
+            -w, w + 1
+        ):  # a loop over the window's offsets, vectorized over pixels
             for dj in range(-w, w + 1):
                 nb = pad[:, w + di : w + di + H, w + dj : w + dj + W]
                 ok = inside[:, w + di : w + di + H, w + dj : w + dj + W]
-                u2 = (di * di + dj * dj) / s**2 + ((nb - img) ** 2).sum(0, keepdim=True) / r**2
+                u2 = (di * di + dj * dj) / s**2 + ((nb - img) ** 2).sum(
+                    0, keepdim=True
+                ) / r**2
                 k = torch.exp(-0.5 * u2) * ok
                 num += k * nb
                 den += k

@@ -8,6 +8,7 @@ negative; KNN uses the rank kernel :math:`1/k` on the ``k`` nearest points. Weig
 one are not what makes leave-one-out free: :func:`loo_cv_score` needs a kernel fixed in advance
 (deleting a point zeroes its own weight and leaves the others), which the rank kernel is not.
 """
+
 from __future__ import annotations
 
 import math
@@ -74,7 +75,9 @@ def nadaraya_watson(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch
     return mean[:, 0] if squeeze else mean
 
 
-_SLOPE_CUTOFF = 1e-10  # covariance eigenvalue (bandwidth units) below which a slope is unknown
+_SLOPE_CUTOFF = (
+    1e-10  # covariance eigenvalue (bandwidth units) below which a slope is unknown
+)
 
 
 def _smooth_pinv_solve(cov: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -87,7 +90,9 @@ def _smooth_pinv_solve(cov: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     from :math:`1/\lambda` by the relative factor :math:`(c/\lambda)^2` (1e-8 at λ = 1e-6).
     """
     evals, evecs = torch.linalg.eigh(cov)
-    evals = evals.clamp(min=0.0)  # rounding can make a PSD matrix's smallest eigenvalue < 0
+    evals = evals.clamp(
+        min=0.0
+    )  # rounding can make a PSD matrix's smallest eigenvalue < 0
     filt = evals / (evals * evals + _SLOPE_CUTOFF**2)
     coef = (evecs.transpose(1, 2) @ r[..., None])[..., 0] * filt
     return (evecs @ coef[..., None])[..., 0]
@@ -130,7 +135,14 @@ def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
 def _ll_chunks(xq, x, h, kernel, width: int):
     kern = get_kernel(kernel)
     center = data_center(x)
-    rows = chunk_rows(xq.shape[0], x.shape[0], 2 * x.shape[1] + 2 + width, x.element_size(), None, x.device)
+    rows = chunk_rows(
+        xq.shape[0],
+        x.shape[0],
+        2 * x.shape[1] + 2 + width,
+        x.element_size(),
+        None,
+        x.device,
+    )
     for sl in iter_chunks(xq.shape[0], rows):
         yield sl, _ll_weights(xq[sl], x, h, kern, center)
 
@@ -200,7 +212,11 @@ def knn_classify(x_query, x, labels, n_neighbors: int = 5, return_proba: bool = 
     onehot = torch.nn.functional.one_hot(codes, len(classes)).to(x.dtype)
     proba = onehot[_knn(xq, x, k)[1]].mean(dim=1)
     best = proba.argmax(dim=1)
-    pred = classes[best] if isinstance(classes, torch.Tensor) else classes[best.cpu().numpy()]
+    pred = (
+        classes[best]
+        if isinstance(classes, torch.Tensor)
+        else classes[best.cpu().numpy()]
+    )
     return (pred, proba, classes) if return_proba else pred
 
 
@@ -212,7 +228,9 @@ def knn_bandwidth(x_query, x, n_neighbors: int = 10) -> torch.Tensor:
     return torch.sqrt(_knn(xq, x, k)[0][:, -1])
 
 
-def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str = "gaussian", scale: float = 1.0):
+def adaptive_nadaraya_watson(
+    x_query, x, y, n_neighbors: int = 10, kernel: str = "gaussian", scale: float = 1.0
+):
     r"""Nadaraya–Watson with a per-query bandwidth :math:`h(q) = \text{scale}\cdot d_k(q)`.
 
     :math:`d_k(q)` is the distance to the ``k``-th nearest data point (:func:`knn_bandwidth`),
@@ -235,7 +253,9 @@ def adaptive_nadaraya_watson(x_query, x, y, n_neighbors: int = 10, kernel: str =
     rows = chunk_rows(xq.shape[0], x.shape[0], 1, x.element_size(), None, x.device)
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
-        lw = kern.log_profile(scaled_sq_dist(xq[sl], x, one, center) / hq[sl, None] ** 2)
+        lw = kern.log_profile(
+            scaled_sq_dist(xq[sl], x, one, center) / hq[sl, None] ** 2
+        )
         out[sl] = torch.softmax(lw, dim=1) @ y2
     warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kern.name)
     return out[:, 0] if squeeze else out
@@ -249,11 +269,16 @@ def _smoother_diagonal(x, h, kernel, method):
         return torch.exp(-lse)
     diag = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
     for sl, ell in _ll_chunks(x, x, h, kernel, 1):
-        diag[sl] = ell[torch.arange(ell.shape[0], device=x.device), torch.arange(sl.start, sl.stop, device=x.device)]
+        diag[sl] = ell[
+            torch.arange(ell.shape[0], device=x.device),
+            torch.arange(sl.start, sl.stop, device=x.device),
+        ]
     return diag
 
 
-def loo_cv_score(x, y, bandwidth, kernel: str = "gaussian", method: str = "nw") -> float:
+def loo_cv_score(
+    x, y, bandwidth, kernel: str = "gaussian", method: str = "nw"
+) -> float:
     r"""Leave-one-out mean squared error of a local mean, by the linear-smoother shortcut.
 
     For Nadaraya–Watson and local linear regression with a kernel fixed in advance,
@@ -270,7 +295,9 @@ def loo_cv_score(x, y, bandwidth, kernel: str = "gaussian", method: str = "nw") 
     get_kernel(kernel)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        fitted = (nadaraya_watson if method == "nw" else local_linear)(x, x, y2, h, kernel)
+        fitted = (nadaraya_watson if method == "nw" else local_linear)(
+            x, x, y2, h, kernel
+        )
     diag = _smoother_diagonal(x, h, kernel, method)
     denom = 1.0 - diag
     if bool((denom.abs() < 1e-12).any()) or not bool(torch.isfinite(fitted).all()):
@@ -289,7 +316,11 @@ class BandwidthSelection:
 
 
 def select_bandwidth(
-    x, y, bandwidths: Optional[Sequence[float]] = None, kernel: str = "gaussian", method: str = "nw"
+    x,
+    y,
+    bandwidths: Optional[Sequence[float]] = None,
+    kernel: str = "gaussian",
+    method: str = "nw",
 ) -> BandwidthSelection:
     """Choose the bandwidth minimizing :func:`loo_cv_score` over a grid.
 
@@ -300,13 +331,19 @@ def select_bandwidth(
     if bandwidths is None:
         s = float(x.std(dim=0).mean()) if x.shape[0] > 1 else 1.0
         s = s if s > 0 else 1.0
-        grid = torch.logspace(math.log10(0.05 * s), math.log10(2 * s), 30, dtype=x.dtype)
+        grid = torch.logspace(
+            math.log10(0.05 * s), math.log10(2 * s), 30, dtype=x.dtype
+        )
     else:
         grid = as_tensor(bandwidths, "bandwidths", ndim=(1,), like=x).cpu()
         if bool((grid <= 0).any()):
             raise ValueError("bandwidths must all be positive")
-    scores = torch.tensor([loo_cv_score(x, y, float(b), kernel, method) for b in grid], dtype=x.dtype)
+    scores = torch.tensor(
+        [loo_cv_score(x, y, float(b), kernel, method) for b in grid], dtype=x.dtype
+    )
     if not bool(torch.isfinite(scores).any()):
-        raise ValueError("every bandwidth in the grid leaves some point alone in its neighbourhood; use larger bandwidths")
+        raise ValueError(
+            "every bandwidth in the grid leaves some point alone in its neighbourhood; use larger bandwidths"
+        )
     best = int(torch.argmin(scores))
     return BandwidthSelection(float(grid[best]), grid, scores)

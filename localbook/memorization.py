@@ -26,6 +26,7 @@ The feature maps and the alignment constants the chapter compares with live in
 module fits, measures stability and alignment, and runs the experiment of chapter 8
 (:func:`memorization_curve`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -86,7 +87,9 @@ def _check_theta0(theta0, p: int, like: torch.Tensor) -> Optional[torch.Tensor]:
         return None
     t = as_tensor(theta0, "theta0", like=like, ndim=(1, 2))
     if t.shape[0] != p:
-        raise ValueError(f"theta0 has {t.shape[0]} entries but Phi has p = {p} features; they must match")
+        raise ValueError(
+            f"theta0 has {t.shape[0]} entries but Phi has p = {p} features; they must match"
+        )
     return t
 
 
@@ -97,7 +100,9 @@ def _residual(Phi, G, theta0):
     if t0 is not None:
         t2 = t0[:, None] if t0.ndim == 1 else t0
         if t2.shape[1] != G2.shape[1]:
-            raise ValueError(f"theta0 has {t2.shape[1]} column(s) but G has {G2.shape[1]}; they must match")
+            raise ValueError(
+                f"theta0 has {t2.shape[1]} column(s) but G has {G2.shape[1]}; they must match"
+            )
         G2 = G2 - Phi @ t2
     return G2, squeeze, t0
 
@@ -125,7 +130,9 @@ def _check_query_features(phi_z, Phi: torch.Tensor):
     if single:
         q = q[None, :]
     if q.shape[1] != Phi.shape[1]:
-        raise ValueError(f"phi_z has {q.shape[1]} features per row but Phi has p = {Phi.shape[1]}; they must match")
+        raise ValueError(
+            f"phi_z has {q.shape[1]} features per row but Phi has p = {Phi.shape[1]}; they must match"
+        )
     return q, single
 
 
@@ -134,7 +141,9 @@ def _alignment_columns(Phi, A, q, cols) -> torch.Tensor:
     m, n = q.shape[0], Phi.shape[0]
     Acols = A[:, cols]
     out = torch.empty(m, Acols.shape[1], dtype=Phi.dtype, device=Phi.device)
-    rows = chunk_rows(m, max(n, Phi.shape[1] // 4 + 1), 1, Phi.element_size(), None, Phi.device)
+    rows = chunk_rows(
+        m, max(n, Phi.shape[1] // 4 + 1), 1, Phi.element_size(), None, Phi.device
+    )
     for sl in iter_chunks(m, rows):
         out[sl] = (q[sl] @ Phi.T) @ Acols
     return out
@@ -160,7 +169,9 @@ def feature_alignment(Phi, i, phi_z) -> torch.Tensor:
     cols, one = _index_or_all(i, Phi.shape[0])
     q, single = _check_query_features(phi_z, Phi)
     L = _cholesky(Phi)
-    A = torch.cholesky_solve(torch.eye(L.shape[0], dtype=L.dtype, device=L.device), L)  # K⁻¹
+    A = torch.cholesky_solve(
+        torch.eye(L.shape[0], dtype=L.dtype, device=L.device), L
+    )  # K⁻¹
     F = _alignment_columns(Phi, A, q, cols)
     F = F[:, 0] if one else F
     return F[0] if single else F
@@ -181,10 +192,14 @@ def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
     cols, one = _index_or_all(i, n)
     r, squeeze, _ = _residual(Phi, G, theta0)
     if not squeeze and r.shape[1] != 1:
-        raise ValueError(f"G must be a vector of N = {n} targets, got shape {tuple(r.shape)}")
+        raise ValueError(
+            f"G must be a vector of N = {n} targets, got shape {tuple(r.shape)}"
+        )
     q, single = _check_query_features(phi_z, Phi)
     L = _cholesky(Phi)
-    A = torch.cholesky_solve(torch.eye(L.shape[0], dtype=L.dtype, device=L.device), L)  # K⁻¹
+    A = torch.cholesky_solve(
+        torch.eye(L.shape[0], dtype=L.dtype, device=L.device), L
+    )  # K⁻¹
     self_stab = (A @ r)[:, 0] / torch.diagonal(A)  # S_{z_j}(z_j) for every j, (N,)
     S = _alignment_columns(Phi, A, q, cols) * self_stab[cols]
     S = S[:, 0] if one else S
@@ -194,6 +209,7 @@ def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 # experiment runner
 # ----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class MemorizationCurve:
@@ -210,7 +226,9 @@ class MemorizationCurve:
         """Mean and standard deviation over seeds, each ``(n_alpha, n_N)``."""
         which = check_choice(which, "which", ["spurious", "test"])
         a = self.spurious_accuracy if which == "spurious" else self.test_accuracy
-        return a.mean(-1), (a.std(-1) if a.shape[-1] > 1 else torch.zeros_like(a[..., 0]))
+        return a.mean(-1), (
+            a.std(-1) if a.shape[-1] > 1 else torch.zeros_like(a[..., 0])
+        )
 
 
 def _gram(model, act, W, Za, Zb, Fa=None):
@@ -220,9 +238,20 @@ def _gram(model, act, W, Za, Zb, Fa=None):
     return (random_features(Za, W, act) if Fa is None else Fa) @ Fb.T
 
 
-def memorization_curve(n_train, *, model: str = "rf", activation="h1+h2", alpha=0.5, d: int = 100,
-                       k: int = 2000, n_test: int = 500, seeds=(0, 1, 2), sampler=None,
-                       counterpart: str = "zero", dtype=torch.float64) -> MemorizationCurve:
+def memorization_curve(
+    n_train,
+    *,
+    model: str = "rf",
+    activation="h1+h2",
+    alpha=0.5,
+    d: int = 100,
+    k: int = 2000,
+    n_test: int = 500,
+    seeds=(0, 1, 2),
+    sampler=None,
+    counterpart: str = "zero",
+    dtype=torch.float64,
+) -> MemorizationCurve:
     r"""Spurious and test accuracy of the min-norm interpolator against ``N`` (and ``α``).
 
     For each ``α`` and seed: draw ``max(n_train) + n_test`` samples with ``sampler(n, alpha,
@@ -234,8 +263,14 @@ def memorization_curve(n_train, *, model: str = "rf", activation="h1+h2", alpha=
     """
     model = check_choice(model, "model", ["rf", "ntk"])
     act = get_activation(activation)
-    ns = tuple(check_positive_int(v, "n_train") for v in (n_train if isinstance(n_train, (list, tuple, range)) else [n_train]))
-    alphas = tuple(check_positive_float(a, "alpha") for a in (alpha if isinstance(alpha, (list, tuple)) else [alpha]))
+    ns = tuple(
+        check_positive_int(v, "n_train")
+        for v in (n_train if isinstance(n_train, (list, tuple, range)) else [n_train])
+    )
+    alphas = tuple(
+        check_positive_float(a, "alpha")
+        for a in (alpha if isinstance(alpha, (list, tuple)) else [alpha])
+    )
     k = check_positive_int(k, "k")
     n_test = check_positive_int(n_test, "n_test")
     seeds = tuple(int(s) for s in seeds)
@@ -245,7 +280,10 @@ def memorization_curve(n_train, *, model: str = "rf", activation="h1+h2", alpha=
         d = check_positive_int(d, "d", minimum=2)
 
         def sampler(n, a, gen):
-            return spurious_gaussian_data(n, d, a, gen, counterpart=counterpart, dtype=dtype)
+            return spurious_gaussian_data(
+                n, d, a, gen, counterpart=counterpart, dtype=dtype
+            )
+
     n_max = max(ns)
     test = torch.empty(len(alphas), len(ns), len(seeds), dtype=dtype)
     spur = torch.empty_like(test)
@@ -253,12 +291,17 @@ def memorization_curve(n_train, *, model: str = "rf", activation="h1+h2", alpha=
         for si, seed in enumerate(seeds):
             gen = torch.Generator().manual_seed(seed)
             Z, g, Zs = sampler(n_max + n_test, a, gen)
-            Z, g, Zs = (as_tensor(t, nm).to(dtype) for t, nm in ((Z, "Z"), (g, "g"), (Zs, "Z_spurious")))
+            Z, g, Zs = (
+                as_tensor(t, nm).to(dtype)
+                for t, nm in ((Z, "Z"), (g, "g"), (Zs, "Z_spurious"))
+            )
             if Z.shape[0] < n_max + n_test:
-                raise ValueError(f"sampler returned {Z.shape[0]} samples; {n_max + n_test} are needed")
+                raise ValueError(
+                    f"sampler returned {Z.shape[0]} samples; {n_max + n_test} are needed"
+                )
             W = gaussian_weights(k, Z.shape[1], gen, dtype=dtype)
             Ztr, gtr, Zsp = Z[:n_max], g[:n_max], Zs[:n_max]
-            Zte, gte = Z[n_max:n_max + n_test], g[n_max:n_max + n_test]
+            Zte, gte = Z[n_max : n_max + n_test], g[n_max : n_max + n_test]
             Ftr = random_features(Ztr, W, act) if model == "rf" else None
             K = _gram(model, act, W, Ztr, Ztr, Ftr)
             Kte = _gram(model, act, W, Ztr, Zte, Ftr).T
@@ -266,9 +309,13 @@ def memorization_curve(n_train, *, model: str = "rf", activation="h1+h2", alpha=
             for ni, n in enumerate(ns):
                 L, info = torch.linalg.cholesky_ex(K[:n, :n])
                 if int(info) != 0:
-                    raise ValueError(f"the {model} kernel of N = {n} samples is singular: interpolation fails "
-                                     f"(N is too large for k = {k} features or samples repeat)")
+                    raise ValueError(
+                        f"the {model} kernel of N = {n} samples is singular: interpolation fails "
+                        f"(N is too large for k = {k} features or samples repeat)"
+                    )
                 c = torch.cholesky_solve(gtr[:n, None], L)[:, 0]
                 test[ai, ni, si] = ((Kte[:, :n] @ c).sign() == gte).to(dtype).mean()
-                spur[ai, ni, si] = ((Ksp[:n, :n] @ c).sign() == gtr[:n]).to(dtype).mean()
+                spur[ai, ni, si] = (
+                    ((Ksp[:n, :n] @ c).sign() == gtr[:n]).to(dtype).mean()
+                )
     return MemorizationCurve(ns, alphas, model, act.name, test, spur)

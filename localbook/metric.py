@@ -20,6 +20,7 @@ data point its own width, by Abramson's square-root law (:func:`abramson_bandwid
 geometric mean of the :math:`\tilde p(x_i)`. A sample-point estimate is a mixture of normalized
 kernels, so it integrates to one; a balloon estimate in general does not.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,14 +53,22 @@ __all__ = [
 def _check_matrix(A, d: int, name: str = "A") -> torch.Tensor:
     t = as_tensor(A, name, ndim=(2,))
     if t.shape[1] != d:
-        raise ValueError(f"{name} must have shape (k, {d}) to act on {d} feature(s), got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have shape (k, {d}) to act on {d} feature(s), got {tuple(t.shape)}"
+        )
     return t
 
 
-def _loo_chunk(z_rows: torch.Tensor, z: torch.Tensor, y: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+def _loo_chunk(
+    z_rows: torch.Tensor, z: torch.Tensor, y: torch.Tensor, start: torch.Tensor
+) -> torch.Tensor:
     """Σ over the chunk's rows of ‖y_i − ŷ_{-i}‖²; ``start`` (0-d long tensor) is the first row's index."""
     r = z_rows.shape[0]
-    d2 = ((z_rows * z_rows).sum(1, keepdim=True) + (z * z).sum(1)[None, :] - 2.0 * z_rows @ z.T).clamp(min=0.0)
+    d2 = (
+        (z_rows * z_rows).sum(1, keepdim=True)
+        + (z * z).sum(1)[None, :]
+        - 2.0 * z_rows @ z.T
+    ).clamp(min=0.0)
     rows = torch.arange(r, device=z.device)
     self_mask = torch.zeros(r, z.shape[0], dtype=torch.bool, device=z.device)
     self_mask[rows, rows + start] = True
@@ -86,7 +95,9 @@ def mlkr_loss(A, x, y, *, budget: Optional[int] = None) -> torch.Tensor:
     y2, _ = check_targets(y, x.shape[0], like=A)
     n = x.shape[0]
     if n < 2:
-        raise ValueError(f"x must have at least 2 points for a leave-one-out loss, got {n}")
+        raise ValueError(
+            f"x must have at least 2 points for a leave-one-out loss, got {n}"
+        )
     if budget is not None:
         budget = check_positive_int(budget, "budget")
     # centring leaves distances unchanged and keeps the expansion ‖a‖² + ‖b‖² − 2a·b accurate
@@ -97,7 +108,9 @@ def mlkr_loss(A, x, y, *, budget: Optional[int] = None) -> torch.Tensor:
     for sl in iter_chunks(n, rows):
         start = torch.tensor(sl.start, device=z.device)
         if grad and rows < n:
-            total = total + checkpoint(_loo_chunk, z[sl], z, y2, start, use_reentrant=False)
+            total = total + checkpoint(
+                _loo_chunk, z[sl], z, y2, start, use_reentrant=False
+            )
         else:
             total = total + _loo_chunk(z[sl], z, y2, start)
     return total
@@ -129,9 +142,16 @@ def _optimize(A0, x_fit, y_fit, val, *, max_iter, check_every, patience, budget)
     # max_eval must be set with max_iter: torch's default, max_iter * 5 // 4, is 1 for one
     # iteration per step, which leaves the strong-Wolfe line search no evaluations at all
     # (and, when max_iter is raised afterwards, stops L-BFGS after a single iteration)
-    opt = torch.optim.LBFGS([A], lr=1.0, max_iter=check_every, max_eval=25 * check_every,
-                            history_size=20, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-10, tolerance_change=1e-12)
+    opt = torch.optim.LBFGS(
+        [A],
+        lr=1.0,
+        max_iter=check_every,
+        max_eval=25 * check_every,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-10,
+        tolerance_change=1e-12,
+    )
 
     def closure():
         opt.zero_grad()
@@ -196,20 +216,31 @@ def fit_metric(
     x = check_points(x, "x")
     y2, _ = check_targets(y, x.shape[0], like=x)
     n, d = x.shape
-    k = d if n_components is None else check_positive_int(n_components, "n_components", maximum=d)
+    k = (
+        d
+        if n_components is None
+        else check_positive_int(n_components, "n_components", maximum=d)
+    )
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
     if not isinstance(early_stopping, bool):
-        raise TypeError(f"early_stopping must be a bool, got {type(early_stopping).__name__}")
+        raise TypeError(
+            f"early_stopping must be a bool, got {type(early_stopping).__name__}"
+        )
     frac = check_fraction(validation_fraction, "validation_fraction")
-    opts = dict(max_iter=check_positive_int(max_iter, "max_iter"),
-                check_every=check_positive_int(check_every, "check_every"),
-                patience=check_positive_int(patience, "patience"), budget=budget)
+    opts = dict(
+        max_iter=check_positive_int(max_iter, "max_iter"),
+        check_every=check_positive_int(check_every, "check_every"),
+        patience=check_positive_int(patience, "patience"),
+        budget=budget,
+    )
     if budget is not None:
         check_positive_int(budget, "budget")
     min_n = 5 if early_stopping else 2
     if n < min_n:
-        raise ValueError(f"x must have at least {min_n} points to fit a metric, got {n}")
+        raise ValueError(
+            f"x must have at least {min_n} points to fit a metric, got {n}"
+        )
     if init is not None:
         A0 = _check_matrix(as_tensor(init, "init", like=x, ndim=(2,)), d, "init")
         if A0.shape[0] != k:
@@ -245,8 +276,15 @@ def _kernel(kernel: str):
     return _kde_kernel(kernel)
 
 
-def abramson_bandwidths(x, bandwidth, *, pilot=None, alpha: float = 0.5,
-                        pilot_bandwidth=None, kernel: str = "gaussian") -> torch.Tensor:
+def abramson_bandwidths(
+    x,
+    bandwidth,
+    *,
+    pilot=None,
+    alpha: float = 0.5,
+    pilot_bandwidth=None,
+    kernel: str = "gaussian",
+) -> torch.Tensor:
     r"""Per-point bandwidths :math:`h_i = h\,(\tilde p(x_i)/g)^{-\alpha}`, ``(n,)``; Abramson: ``α = 1/2``.
 
     ``pilot`` is either ``None`` — the pilot is the fixed-bandwidth :func:`localbook.kde` with
@@ -261,23 +299,40 @@ def abramson_bandwidths(x, bandwidth, *, pilot=None, alpha: float = 0.5,
     h = check_positive_float(bandwidth, "bandwidth")
     alpha = check_positive_float(alpha, "alpha", allow_zero=True)
     if pilot is None:
-        hp = h if pilot_bandwidth is None else check_positive_float(pilot_bandwidth, "pilot_bandwidth")
+        hp = (
+            h
+            if pilot_bandwidth is None
+            else check_positive_float(pilot_bandwidth, "pilot_bandwidth")
+        )
         log_p = kde(x, x, hp, kernel=kernel, log=True)
     else:
         p = as_tensor(pilot, "pilot", like=x, ndim=(1,))
         if p.shape[0] != x.shape[0]:
-            raise ValueError(f"pilot has {p.shape[0]} values but x has {x.shape[0]} points; they must match")
+            raise ValueError(
+                f"pilot has {p.shape[0]} values but x has {x.shape[0]} points; they must match"
+            )
         if bool((p <= 0).any()):
             raise ValueError("pilot must hold positive density values")
         log_p = torch.log(p)
     if not bool(torch.isfinite(log_p).all()):
-        raise ValueError("the pilot density is zero at some data point; use a larger pilot_bandwidth")
+        raise ValueError(
+            "the pilot density is zero at some data point; use a larger pilot_bandwidth"
+        )
     return h * torch.exp(-alpha * (log_p - log_p.mean()))
 
 
-def sample_point_kde(x_query, x, bandwidth, *, pilot=None, alpha: float = 0.5,
-                     pilot_bandwidth=None, kernel: str = "gaussian", log: bool = False,
-                     budget: Optional[int] = None) -> torch.Tensor:
+def sample_point_kde(
+    x_query,
+    x,
+    bandwidth,
+    *,
+    pilot=None,
+    alpha: float = 0.5,
+    pilot_bandwidth=None,
+    kernel: str = "gaussian",
+    log: bool = False,
+    budget: Optional[int] = None,
+) -> torch.Tensor:
     r"""Sample-point (variable) KDE :math:`\hat p(q) = \frac1n\sum_i \frac{1}{c\,h_i^d}\,k(\lVert q - x_i\rVert/h_i)`.
 
     The :math:`h_i` come from :func:`abramson_bandwidths` (arguments ``pilot``, ``alpha``,
@@ -291,8 +346,14 @@ def sample_point_kde(x_query, x, bandwidth, *, pilot=None, alpha: float = 0.5,
     kern = _kernel(kernel)
     if not isinstance(log, bool):
         raise TypeError(f"log must be a bool, got {type(log).__name__}")
-    hi = abramson_bandwidths(x, bandwidth, pilot=pilot, alpha=alpha,
-                             pilot_bandwidth=pilot_bandwidth, kernel=kern.name)
+    hi = abramson_bandwidths(
+        x,
+        bandwidth,
+        pilot=pilot,
+        alpha=alpha,
+        pilot_bandwidth=pilot_bandwidth,
+        kernel=kern.name,
+    )
     n, d = x.shape
     one = torch.ones(d, dtype=x.dtype, device=x.device)
     col = -d * torch.log(hi) - (math.log(n) + _log_const(kern.name, d))
@@ -304,8 +365,15 @@ def sample_point_kde(x_query, x, bandwidth, *, pilot=None, alpha: float = 0.5,
     return out if log else torch.exp(out)
 
 
-def balloon_kde(x_query, x, n_neighbors: int = 10, *, scale: float = 1.0,
-                kernel: str = "gaussian", log: bool = False) -> torch.Tensor:
+def balloon_kde(
+    x_query,
+    x,
+    n_neighbors: int = 10,
+    *,
+    scale: float = 1.0,
+    kernel: str = "gaussian",
+    log: bool = False,
+) -> torch.Tensor:
     r"""Balloon KDE :math:`\hat p(q) = \frac{1}{n\,c\,h(q)^d}\sum_i k(\lVert q - x_i\rVert/h(q))`.
 
     The bandwidth belongs to the query: :math:`h(q) = \text{scale}\cdot d_k(q)`, the distance to
@@ -331,5 +399,7 @@ def balloon_kde(x_query, x, n_neighbors: int = 10, *, scale: float = 1.0,
     const = math.log(n) + _log_const(kern.name, d)
     for sl in iter_chunks(xq.shape[0], rows):
         u2 = scaled_sq_dist(xq[sl], x, one).clamp(min=0.0) / (hq[sl, None] ** 2)
-        out[sl] = torch.logsumexp(kern.log_profile(u2), dim=1) - d * torch.log(hq[sl]) - const
+        out[sl] = (
+            torch.logsumexp(kern.log_profile(u2), dim=1) - d * torch.log(hq[sl]) - const
+        )
     return out if log else torch.exp(out)

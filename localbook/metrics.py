@@ -14,6 +14,7 @@ One score reads a graph: :func:`subspace_preserving_rate`, the share of each row
 stays inside the row's own class (its subspace), :math:`\rho_i = \sum_{j: y_j = y_i} |A_{ij}|
 / \sum_j |A_{ij}|`, averaged over rows. A block-diagonal graph scores 1.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -31,13 +32,17 @@ def _labels(labels, name: str, n: int | None = None) -> np.ndarray:
     if isinstance(labels, torch.Tensor):
         labels = labels.detach().cpu().numpy()
     if labels is None or isinstance(labels, (str, bytes)):
-        raise TypeError(f"{name} must be a 1-D array of labels, got {type(labels).__name__}")
+        raise TypeError(
+            f"{name} must be a 1-D array of labels, got {type(labels).__name__}"
+        )
     try:
         arr = np.asarray(labels)
     except Exception as exc:  # ragged lists
         raise TypeError(f"{name} must be a 1-D array of labels: {exc}") from None
     if arr.dtype == object or arr.dtype.kind not in "biufUS":
-        raise TypeError(f"{name} must be a 1-D array of labels (ints or strings), got dtype {arr.dtype}")
+        raise TypeError(
+            f"{name} must be a 1-D array of labels (ints or strings), got dtype {arr.dtype}"
+        )
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if arr.size == 0:
@@ -49,7 +54,9 @@ def _labels(labels, name: str, n: int | None = None) -> np.ndarray:
             raise ValueError(f"{name} must hold class labels; got non-integer floats")
         arr = arr.astype(np.int64)
     if n is not None and arr.shape[0] != n:
-        raise ValueError(f"{name} has {arr.shape[0]} labels but labels_true has {n}; they must match")
+        raise ValueError(
+            f"{name} has {arr.shape[0]} labels but labels_true has {n}; they must match"
+        )
     return arr
 
 
@@ -104,10 +111,14 @@ def subspace_preserving_rate(graph, labels, per_row: bool = False):
     """
     a = as_tensor(graph, "graph", ndim=(2,))
     if a.shape[0] != a.shape[1]:
-        raise ValueError(f"graph must be a square (n, n) matrix, got shape {tuple(a.shape)}")
+        raise ValueError(
+            f"graph must be a square (n, n) matrix, got shape {tuple(a.shape)}"
+        )
     y = _labels(labels, "labels")
     if y.shape[0] != a.shape[0]:
-        raise ValueError(f"labels has {y.shape[0]} entries but graph has {a.shape[0]} rows; they must match")
+        raise ValueError(
+            f"labels has {y.shape[0]} entries but graph has {a.shape[0]} rows; they must match"
+        )
     _, yi = np.unique(y, return_inverse=True)
     yt = torch.as_tensor(yi, device=a.device)
     same = yt[:, None] == yt[None, :]
@@ -118,8 +129,12 @@ def subspace_preserving_rate(graph, labels, per_row: bool = False):
     rate = inside / torch.where(empty, torch.ones_like(total), total)
     if bool(empty.any()):
         n_empty = int(empty.sum())
-        warnings.warn(f"{n_empty} of {a.shape[0]} graph rows have no weight; their rate is NaN and is "
-                      "left out of the mean", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"{n_empty} of {a.shape[0]} graph rows have no weight; their rate is NaN and is "
+            "left out of the mean",
+            UserWarning,
+            stacklevel=2,
+        )
         rate = torch.where(empty, torch.full_like(rate, float("nan")), rate)
     if per_row:
         return rate

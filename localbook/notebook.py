@@ -1,5 +1,6 @@
 """Notebook helpers the chapters share: ``glue`` for run-dependent numbers in the prose, and the
 progress-bar rule every training loop follows (``progress_enabled``)."""
+
 import sys
 
 __all__ = ["glue"]
@@ -15,7 +16,9 @@ def progress_enabled(progress=None) -> bool:
 
     if is_static():  # the book build and the tests: keep outputs clean
         return False
-    return "ipykernel" in sys.modules or bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return "ipykernel" in sys.modules or bool(
+        getattr(sys.stderr, "isatty", lambda: False)()
+    )
 
 
 def _plain(value):

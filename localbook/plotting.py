@@ -1,4 +1,5 @@
 """Figures the chapters share: one consistent style, labelled axes, no chapter prose."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Optional
@@ -17,11 +18,19 @@ def book_style():
     """Matplotlib settings used by every chapter (readable on the web and in Colab)."""
     import matplotlib as mpl
 
-    mpl.rcParams.update({
-        "figure.dpi": 100, "savefig.dpi": 120, "axes.grid": True, "grid.alpha": 0.3,
-        "axes.spines.top": False, "axes.spines.right": False, "font.size": 11,
-        "legend.frameon": False, "figure.figsize": (6.4, 4.0),
-    })
+    mpl.rcParams.update(
+        {
+            "figure.dpi": 100,
+            "savefig.dpi": 120,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "font.size": 11,
+            "legend.frameon": False,
+            "figure.figsize": (6.4, 4.0),
+        }
+    )
 
 
 def plot_kernel_gallery(ax=None, kernels=None, u_max: float = 3.0):
@@ -38,21 +47,48 @@ def plot_kernel_gallery(ax=None, kernels=None, u_max: float = 3.0):
     return ax
 
 
-def plot_fits(ax, x, y, x_grid, curves: Mapping[str, torch.Tensor], truth: Optional[torch.Tensor] = None,
-              xlabel: str = "x", ylabel: str = "y"):
+def plot_fits(
+    ax,
+    x,
+    y,
+    x_grid,
+    curves: Mapping[str, torch.Tensor],
+    truth: Optional[torch.Tensor] = None,
+    xlabel: str = "x",
+    ylabel: str = "y",
+):
     """Data as dots, fitted curves as lines (and the true function dashed)."""
-    ax.scatter(torch.as_tensor(x).cpu(), torch.as_tensor(y).cpu(), s=8, color="0.6", label="data")
+    ax.scatter(
+        torch.as_tensor(x).cpu(),
+        torch.as_tensor(y).cpu(),
+        s=8,
+        color="0.6",
+        label="data",
+    )
     if truth is not None:
-        ax.plot(torch.as_tensor(x_grid).cpu(), torch.as_tensor(truth).cpu(), "k--", lw=1, label="true f")
+        ax.plot(
+            torch.as_tensor(x_grid).cpu(),
+            torch.as_tensor(truth).cpu(),
+            "k--",
+            lw=1,
+            label="true f",
+        )
     for label, c in curves.items():
-        ax.plot(torch.as_tensor(x_grid).cpu(), torch.as_tensor(c).detach().cpu(), lw=2, label=label)
+        ax.plot(
+            torch.as_tensor(x_grid).cpu(),
+            torch.as_tensor(c).detach().cpu(),
+            lw=2,
+            label=label,
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend()
     return ax
 
 
-def draw_attention_graph(graph: AttentionGraph, ax=None, max_width: float = 4.0, color="C0"):
+def draw_attention_graph(
+    graph: AttentionGraph, ax=None, max_width: float = 4.0, color="C0"
+):
     """Draw an :class:`~localbook.AttentionGraph` as an arc diagram: tokens in reading order, arcs ``t → s``.
 
     Arc width and opacity grow with the weight; uses matplotlib only.
@@ -69,13 +105,32 @@ def draw_attention_graph(graph: AttentionGraph, ax=None, max_width: float = 4.0,
         # arc3 bends to the left of the direction of travel: flip the sign so every arc is above the line
         rad = 0.4 if a > b else -0.4
         top = max(top, 0.2 * abs(a - b) + 0.3)
-        ax.add_patch(FancyArrowPatch((float(a), 0.0), (float(b), 0.0), connectionstyle=f"arc3,rad={rad}",
-                                     arrowstyle="-|>", mutation_scale=6 + 6 * f, lw=0.3 + max_width * f,
-                                     color=color, alpha=0.25 + 0.7 * f, shrinkA=3, shrinkB=3))
+        ax.add_patch(
+            FancyArrowPatch(
+                (float(a), 0.0),
+                (float(b), 0.0),
+                connectionstyle=f"arc3,rad={rad}",
+                arrowstyle="-|>",
+                mutation_scale=6 + 6 * f,
+                lw=0.3 + max_width * f,
+                color=color,
+                alpha=0.25 + 0.7 * f,
+                shrinkA=3,
+                shrinkB=3,
+            )
+        )
     ax.scatter(range(N), [0.0] * N, s=18, color="k", zorder=3)
     for x, lab in enumerate(graph.labels):
-        ax.annotate(lab, (x, 0.0), xytext=(0, -6), textcoords="offset points", rotation=90,
-                    ha="center", va="top", fontsize=9)
+        ax.annotate(
+            lab,
+            (x, 0.0),
+            xytext=(0, -6),
+            textcoords="offset points",
+            rotation=90,
+            ha="center",
+            va="top",
+            fontsize=9,
+        )
     ax.set_xlim(-0.7, N - 0.3)
     ax.set_ylim(-0.3 * top, top)
     ax.set_yticks([])

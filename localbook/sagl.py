@@ -41,6 +41,7 @@ several random nonlinear maps; :func:`~localbook.datasets.make_digits_views` and
 :func:`~localbook.datasets.make_fashion_views` build real multi-view sets offline (scikit-learn
 digits; Fashion-MNIST from a local copy). They are still importable from this module.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,29 +66,52 @@ from .datasets import (  # noqa: F401  (their old home: `from localbook.sagl imp
 from .entmax import entmax15
 
 __all__ = [
-    "standardize_views", "candidate_neighbours", "SparseAttentionGraph", "sagl_loss", "SAGLResult",
-    "fit_sagl", "spectral_readout", "sagl_cluster", "knn_graph", "entmax_distance_graph",
-    "lsr_graph", "lsr_coefficients", "reduce_views",
+    "standardize_views",
+    "candidate_neighbours",
+    "SparseAttentionGraph",
+    "sagl_loss",
+    "SAGLResult",
+    "fit_sagl",
+    "spectral_readout",
+    "sagl_cluster",
+    "knn_graph",
+    "entmax_distance_graph",
+    "lsr_graph",
+    "lsr_coefficients",
+    "reduce_views",
 ]
 
 GRAPHS = ("entmax15", "softmax", "identity")
 OBJECTIVES = ("codes", "inputs")
 
 
-def _check_views(views, name: str = "views", like: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+def _check_views(
+    views, name: str = "views", like: Optional[torch.Tensor] = None
+) -> List[torch.Tensor]:
     if isinstance(views, torch.Tensor) or not isinstance(views, (list, tuple)):
-        raise TypeError(f"{name} must be a list of (n, d_v) arrays, one per view, got {type(views).__name__}")
+        raise TypeError(
+            f"{name} must be a list of (n, d_v) arrays, one per view, got {type(views).__name__}"
+        )
     if len(views) == 0:
         raise ValueError(f"{name} is empty; at least one view is needed")
     out = []
     for v, x in enumerate(views):
-        t = as_tensor(x, f"{name}[{v}]", like=like if like is not None else (out[0] if out else None), ndim=(2,))
+        t = as_tensor(
+            x,
+            f"{name}[{v}]",
+            like=like if like is not None else (out[0] if out else None),
+            ndim=(2,),
+        )
         if out and t.shape[0] != out[0].shape[0]:
-            raise ValueError(f"{name}[{v}] has {t.shape[0]} rows but {name}[0] has {out[0].shape[0]}; "
-                             "every view must describe the same samples")
+            raise ValueError(
+                f"{name}[{v}] has {t.shape[0]} rows but {name}[0] has {out[0].shape[0]}; "
+                "every view must describe the same samples"
+            )
         out.append(t)
     if out[0].shape[0] < 2:
-        raise ValueError(f"{name} must hold at least 2 samples to build a graph, got {out[0].shape[0]}")
+        raise ValueError(
+            f"{name} must hold at least 2 samples to build a graph, got {out[0].shape[0]}"
+        )
     return out
 
 
@@ -97,7 +121,9 @@ def standardize_views(views) -> List[torch.Tensor]:
     out = []
     for x in views:
         x = x - x.mean(0)
-        out.append(x / x.pow(2).sum(1).mean().sqrt().clamp(min=torch.finfo(x.dtype).tiny))
+        out.append(
+            x / x.pow(2).sum(1).mean().sqrt().clamp(min=torch.finfo(x.dtype).tiny)
+        )
     return out
 
 
@@ -145,7 +171,9 @@ def knn_graph(views, k: int = 10) -> torch.Tensor:
     """Row ``i`` puts weight ``1/k`` on its ``k`` nearest points (concatenated standardized
     views). Returns a dense ``(n, n)`` graph."""
     _, idx = candidate_neighbours(views, k)
-    return _scatter_rows(torch.full(idx.shape, 1.0 / k, dtype=_concat(views).dtype), idx)
+    return _scatter_rows(
+        torch.full(idx.shape, 1.0 / k, dtype=_concat(views).dtype), idx
+    )
 
 
 def entmax_distance_graph(views, k: int = 10, m: int = 30) -> torch.Tensor:
@@ -157,7 +185,7 @@ def entmax_distance_graph(views, k: int = 10, m: int = 30) -> torch.Tensor:
     """
     d, idx = candidate_neighbours(views, m)
     k = check_positive_int(k, "k", maximum=d.shape[1])
-    h2 = d[:, k - 1:k].pow(2).clamp(min=torch.finfo(d.dtype).tiny)
+    h2 = d[:, k - 1 : k].pow(2).clamp(min=torch.finfo(d.dtype).tiny)
     return _scatter_rows(entmax15(-d.pow(2) / h2, dim=1), idx)
 
 
@@ -203,9 +231,17 @@ class SparseAttentionGraph(nn.Module):
     :meth:`dense` turns ``weights`` into the ``(n, n)`` graph.
     """
 
-    def __init__(self, view_dims: Sequence[int], latent_dim: int = 32, hidden_dim: int = 64,
-                 graph: str = "entmax15", gate: bool = True, gate_strength: float = 4.0,
-                 gate_hidden: int = 16, init_scale: float = 5.0):
+    def __init__(
+        self,
+        view_dims: Sequence[int],
+        latent_dim: int = 32,
+        hidden_dim: int = 64,
+        graph: str = "entmax15",
+        gate: bool = True,
+        gate_strength: float = 4.0,
+        gate_hidden: int = 16,
+        init_scale: float = 5.0,
+    ):
         super().__init__()
         self.view_dims = check_positive_ints(view_dims, "view_dims")
         C = self.latent_dim = check_positive_int(latent_dim, "latent_dim")
@@ -214,16 +250,24 @@ class SparseAttentionGraph(nn.Module):
         if not isinstance(gate, bool):
             raise TypeError(f"gate must be True or False, got {type(gate).__name__}")
         self.use_gate = gate
-        self.gate_strength = check_positive_float(gate_strength, "gate_strength", allow_zero=True)
+        self.gate_strength = check_positive_float(
+            gate_strength, "gate_strength", allow_zero=True
+        )
         init_scale = check_positive_float(init_scale, "init_scale")
         self.encoders = nn.ModuleList(
             nn.Sequential(nn.Linear(d, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, C))
-            for d in self.view_dims)
+            for d in self.view_dims
+        )
         root = math.sqrt(init_scale)
         self.U = nn.Parameter(root * torch.eye(C))
         self.V = nn.Parameter(root * torch.eye(C))
-        self.gate = (nn.Sequential(nn.Linear(C, gate_hidden), nn.GELU(), nn.Linear(gate_hidden, 1))
-                     if gate else None)
+        self.gate = (
+            nn.Sequential(
+                nn.Linear(C, gate_hidden), nn.GELU(), nn.Linear(gate_hidden, 1)
+            )
+            if gate
+            else None
+        )
         self.W = nn.Linear(C, C, bias=False)
         self.decoders = nn.ModuleList(nn.Linear(C, d) for d in self.view_dims)
 
@@ -242,12 +286,16 @@ class SparseAttentionGraph(nn.Module):
     def forward(self, views: Sequence[torch.Tensor], index: torch.Tensor) -> dict:
         views = _check_views(views, like=next(self.parameters()))
         if [x.shape[1] for x in views] != self.view_dims:
-            raise ValueError(f"views have {[x.shape[1] for x in views]} features but the model "
-                             f"expects {self.view_dims}")
+            raise ValueError(
+                f"views have {[x.shape[1] for x in views]} features but the model "
+                f"expects {self.view_dims}"
+            )
         n = views[0].shape[0]
         index = torch.as_tensor(index, device=views[0].device).long()
         if index.ndim != 2 or index.shape[0] != n:
-            raise ValueError(f"index must have shape (n, m) with n = {n}, got {tuple(index.shape)}")
+            raise ValueError(
+                f"index must have shape (n, m) with n = {n}, got {tuple(index.shape)}"
+            )
         if bool((index == torch.arange(n, device=index.device)[:, None]).any()):
             raise ValueError("index must not list a point as its own candidate")
         z = self.codes(views)
@@ -267,20 +315,36 @@ class SparseAttentionGraph(nn.Module):
             agg = z
         hidden = z + self.W(agg)
         recon = [dec(hidden) for dec in self.decoders]
-        return {"kind": self.graph_kind, "weights": w, "index": index, "scores": s,
-                "omega": omega, "codes": z, "hidden": hidden, "recon": recon, "aggregate": agg}
+        return {
+            "kind": self.graph_kind,
+            "weights": w,
+            "index": index,
+            "scores": s,
+            "omega": omega,
+            "codes": z,
+            "hidden": hidden,
+            "recon": recon,
+            "aggregate": agg,
+        }
 
     @staticmethod
     def dense(out: dict) -> torch.Tensor:
         """The ``(n, n)`` graph of a forward pass (``I`` for the identity graph)."""
         if out["kind"] == "identity":
             n = out["weights"].shape[0]
-            return torch.eye(n, dtype=out["weights"].dtype, device=out["weights"].device)
+            return torch.eye(
+                n, dtype=out["weights"].dtype, device=out["weights"].device
+            )
         return _scatter_rows(out["weights"], out["index"])
 
 
-def sagl_loss(out: dict, views: Sequence[torch.Tensor], reconstruction_weight: float = 1.0,
-              objective: str = "codes", neighbours: Optional[Sequence[torch.Tensor]] = None):
+def sagl_loss(
+    out: dict,
+    views: Sequence[torch.Tensor],
+    reconstruction_weight: float = 1.0,
+    objective: str = "codes",
+    neighbours: Optional[Sequence[torch.Tensor]] = None,
+):
     r"""The training loss; returns ``(total, self_expression, reconstruction)`` scalars.
 
     ``objective="codes"``: ``‖Z − AZ‖²_F/‖Z‖²_F``; ``"inputs"``: ``Σ_v ‖X⁽ᵛ⁾ − AX⁽ᵛ⁾‖²/‖X⁽ᵛ⁾‖²``;
@@ -318,7 +382,9 @@ class SAGLResult:
     hidden: torch.Tensor  #: aggregated codes ``H (n, C)``
     losses: List[float] = field(default_factory=list)  #: training loss per step
     history: list = field(default_factory=list)  #: what ``callback`` returned, per call
-    labels: Optional[torch.Tensor] = None  #: cluster labels ``(n,)`` (``sagl_cluster`` only)
+    labels: Optional[torch.Tensor] = (
+        None  #: cluster labels ``(n,)`` (``sagl_cluster`` only)
+    )
 
     @property
     def n_steps(self) -> int:
@@ -326,12 +392,25 @@ class SAGLResult:
         return len(self.losses)
 
 
-def fit_sagl(views, *, graph: str = "entmax15", gate: bool = True, objective: str = "inputs",
-             n_candidates: int = 20, latent_dim: int = 16, hidden_dim: int = 32,
-             max_steps: int = 200, window: int = 10, tol: float = 0.02, lr: float = 3e-2,
-             reconstruction_weight: float = 1.0, seed: int = 0,
-             callback: Optional[Callable] = None, callback_every: int = 10,
-             **model_kwargs) -> SAGLResult:
+def fit_sagl(
+    views,
+    *,
+    graph: str = "entmax15",
+    gate: bool = True,
+    objective: str = "inputs",
+    n_candidates: int = 20,
+    latent_dim: int = 16,
+    hidden_dim: int = 32,
+    max_steps: int = 200,
+    window: int = 10,
+    tol: float = 0.02,
+    lr: float = 3e-2,
+    reconstruction_weight: float = 1.0,
+    seed: int = 0,
+    callback: Optional[Callable] = None,
+    callback_every: int = 10,
+    **model_kwargs,
+) -> SAGLResult:
     """Train a :class:`SparseAttentionGraph` on ``views`` (list of ``(n, d_v)``), full-batch Adam.
 
     Views are standardized, candidates are the ``n_candidates`` nearest points
@@ -349,13 +428,20 @@ def fit_sagl(views, *, graph: str = "entmax15", gate: bool = True, objective: st
     tol = check_positive_float(tol, "tol", allow_zero=True)
     lr = check_positive_float(lr, "lr")
     callback_every = check_positive_int(callback_every, "callback_every")
-    lam = check_positive_float(reconstruction_weight, "reconstruction_weight", allow_zero=True)
+    lam = check_positive_float(
+        reconstruction_weight, "reconstruction_weight", allow_zero=True
+    )
     _, index = candidate_neighbours(xs, min(n_candidates, xs[0].shape[0] - 1))
     with torch.random.fork_rng(devices=[]):  # weights are drawn on the CPU
         torch.manual_seed(int(seed))
-        model = SparseAttentionGraph([x.shape[1] for x in xs], latent_dim=latent_dim,
-                                     hidden_dim=hidden_dim, graph=graph, gate=gate,
-                                     **model_kwargs)
+        model = SparseAttentionGraph(
+            [x.shape[1] for x in xs],
+            latent_dim=latent_dim,
+            hidden_dim=hidden_dim,
+            graph=graph,
+            gate=gate,
+            **model_kwargs,
+        )
     model = model.to(device=xs[0].device, dtype=xs[0].dtype)
     losses, history = [], []
     gathered = [x[index] for x in xs] if objective == "inputs" else None
@@ -370,14 +456,22 @@ def fit_sagl(views, *, graph: str = "entmax15", gate: bool = True, objective: st
             total.backward()
             opt.step()
             losses.append(float(total.detach()))
-            if step >= window and losses[-1 - window] - losses[-1] < tol * abs(losses[-1 - window]):
+            if step >= window and losses[-1 - window] - losses[-1] < tol * abs(
+                losses[-1 - window]
+            ):
                 break
     with torch.no_grad():
         out = model(xs, index)
     if callback is not None:
         history.append(callback(len(losses), out))
-    return SAGLResult(model, model.dense(out).detach(), out["omega"].detach(),
-                      out["hidden"].detach(), losses, history)
+    return SAGLResult(
+        model,
+        model.dense(out).detach(),
+        out["omega"].detach(),
+        out["hidden"].detach(),
+        losses,
+        history,
+    )
 
 
 def spectral_readout(graph, n_clusters: int, seed: int = 0) -> torch.Tensor:
@@ -398,7 +492,9 @@ def spectral_readout(graph, n_clusters: int, seed: int = 0) -> torch.Tensor:
 
     a = as_tensor(graph, "graph", ndim=(2,)).detach()
     if a.shape[0] != a.shape[1]:
-        raise ValueError(f"graph must be a square (n, n) matrix, got shape {tuple(a.shape)}")
+        raise ValueError(
+            f"graph must be a square (n, n) matrix, got shape {tuple(a.shape)}"
+        )
     n = a.shape[0]
     k = check_positive_int(n_clusters, "n_clusters", maximum=n)
     w = ((a.abs() + a.abs().T) / 2).double().cpu()

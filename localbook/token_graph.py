@@ -4,6 +4,7 @@ An edge ``t → s`` of weight :math:`w_{ts}` says that token ``t``'s local mean 
 :math:`w_{ts}` on token ``s``; merging positions into words averages the rows of a group and
 sums its columns. Drawn by :func:`localbook.plotting.draw_attention_graph`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,13 @@ class AttentionGraph:
         return G
 
 
-def attention_graph(weights, labels: Sequence[str], groups: Optional[torch.Tensor] = None,
-                    threshold: float = 0.1, self_loops: bool = False) -> AttentionGraph:
+def attention_graph(
+    weights,
+    labels: Sequence[str],
+    groups: Optional[torch.Tensor] = None,
+    threshold: float = 0.1,
+    self_loops: bool = False,
+) -> AttentionGraph:
     r"""Turn local-mean weights ``(T, T)`` (or ``(H, T, T)``, averaged over heads) into a token graph.
 
     With ``groups`` (a group id per position, e.g. from :func:`word_groups`), positions are merged:
@@ -51,13 +57,17 @@ def attention_graph(weights, labels: Sequence[str], groups: Optional[torch.Tenso
         w = w.mean(0)
     T = w.shape[0]
     if w.shape[1] != T:
-        raise ValueError(f"weights must be square (self-attention), got shape {tuple(w.shape)}")
+        raise ValueError(
+            f"weights must be square (self-attention), got shape {tuple(w.shape)}"
+        )
     threshold = check_positive_float(threshold, "threshold", allow_zero=True)
     labels = list(labels)
     if groups is not None:
         groups = torch.as_tensor(groups, dtype=torch.long, device=w.device)
         if groups.shape != (T,):
-            raise ValueError(f"groups must have one id per position ({T},), got shape {tuple(groups.shape)}")
+            raise ValueError(
+                f"groups must have one id per position ({T},), got shape {tuple(groups.shape)}"
+            )
         N = int(groups.max()) + 1
         onehot = F.one_hot(groups, N).to(w.dtype)  # (T, N)
         W = (onehot.T @ w @ onehot) / onehot.sum(0).clamp(min=1)[:, None]
@@ -71,4 +81,3 @@ def attention_graph(weights, labels: Sequence[str], groups: Optional[torch.Tenso
         keep &= ~torch.eye(N, dtype=torch.bool, device=W.device)
     edges = keep.nonzero()
     return AttentionGraph(labels, W, edges, W[keep])
-

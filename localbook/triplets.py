@@ -7,12 +7,19 @@ gives ``j`` against ``k``. TriMap (Amid & Warmuth 2019) minimizes
 ordinal embedding fits points to "``i`` is closer to ``j`` than to ``k``" statements alone. The
 gradient of the triplet losses is in closed form (checked against autograd in the tests).
 """
+
 from __future__ import annotations
 
 
 import torch
 
-from ._validate import as_tensor, check_choice, check_points, check_positive_float, check_positive_int
+from ._validate import (
+    as_tensor,
+    check_choice,
+    check_points,
+    check_positive_float,
+    check_positive_int,
+)
 from .embedding import _knn_self, _row_sq_dist
 
 __all__ = [
@@ -28,7 +35,9 @@ __all__ = [
 def _check_triplets(triplets, n: int, device) -> torch.Tensor:
     t = torch.as_tensor(triplets, device=device)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(f"triplets must be an integer array of (i, j, k) indices, got dtype {t.dtype}")
+        raise TypeError(
+            f"triplets must be an integer array of (i, j, k) indices, got dtype {t.dtype}"
+        )
     if t.ndim != 2 or t.shape[1] != 3:
         raise ValueError(f"triplets must have shape (m, 3), got {tuple(t.shape)}")
     if t.shape[0] == 0:
@@ -77,7 +86,9 @@ def triplet_loss(y, triplets, weights=None, kind: str = "trimap") -> torch.Tenso
     if weights is not None:
         w = as_tensor(weights, "weights", like=Y, ndim=(1,))
         if w.shape[0] != t.shape[0]:
-            raise ValueError(f"weights has {w.shape[0]} entries but there are {t.shape[0]} triplets")
+            raise ValueError(
+                f"weights has {w.shape[0]} entries but there are {t.shape[0]} triplets"
+            )
         if bool((w < 0).any()):
             raise ValueError("weights must be non-negative")
     i, j, k = t[:, 0], t[:, 1], t[:, 2]
@@ -91,8 +102,14 @@ def triplet_loss(y, triplets, weights=None, kind: str = "trimap") -> torch.Tenso
     return (per * w).sum() if w is not None else per.sum()
 
 
-def trimap_triplets(x, n_inliers: int = 10, n_outliers: int = 5, n_random: int = 3, gamma: float = 500.0,
-                    seed: int = 0):
+def trimap_triplets(
+    x,
+    n_inliers: int = 10,
+    n_outliers: int = 5,
+    n_random: int = 3,
+    gamma: float = 500.0,
+    seed: int = 0,
+):
     r"""TriMap's triplets and weights from high-dimensional points ``x (n, d)``.
 
     For each ``i``: its ``n_inliers`` nearest neighbours ``j``, each paired with ``n_outliers``
@@ -110,16 +127,22 @@ def trimap_triplets(x, n_inliers: int = 10, n_outliers: int = 5, n_random: int =
     of the sampled pairs, gathered row by row; no loop over points.
     """
     x = check_points(x, "x")
-    n_inliers, n_outliers, n_random, gamma = _check_trimap_args(x, n_inliers, n_outliers, n_random, gamma)
+    n_inliers, n_outliers, n_random, gamma = _check_trimap_args(
+        x, n_inliers, n_outliers, n_random, gamma
+    )
     seed = check_positive_int(seed, "seed", minimum=0)
-    return _trimap_sample(x, _trimap_knn(x, n_inliers), n_inliers, n_outliers, n_random, gamma, seed)
+    return _trimap_sample(
+        x, _trimap_knn(x, n_inliers), n_inliers, n_outliers, n_random, gamma, seed
+    )
 
 
 def _check_trimap_args(x, n_inliers, n_outliers, n_random, gamma):
-    return (check_positive_int(n_inliers, "n_inliers", maximum=x.shape[0] - 2),
-            check_positive_int(n_outliers, "n_outliers"),
-            check_positive_int(n_random, "n_random", minimum=0),
-            check_positive_float(gamma, "gamma"))
+    return (
+        check_positive_int(n_inliers, "n_inliers", maximum=x.shape[0] - 2),
+        check_positive_int(n_outliers, "n_outliers"),
+        check_positive_int(n_random, "n_random", minimum=0),
+        check_positive_float(gamma, "gamma"),
+    )
 
 
 def _trimap_knn(x, n_inliers):
@@ -129,7 +152,9 @@ def _trimap_knn(x, n_inliers):
     K = min(max(n_inliers, 6), n - 1)
     nn = _knn_self(x, K)[1]  # (n, K), the point itself excluded
     d2_nn = _row_sq_dist(x, nn)
-    sigma = d2_nn[:, min(3, K - 1):6].sqrt().mean(1).clamp(min=torch.finfo(x.dtype).tiny)
+    sigma = (
+        d2_nn[:, min(3, K - 1) : 6].sqrt().mean(1).clamp(min=torch.finfo(x.dtype).tiny)
+    )
     return nn, d2_nn, sigma
 
 
@@ -158,7 +183,9 @@ def _trimap_sample(x, knn, n_inliers, n_outliers, n_random, gamma, seed):
         ir = arange.repeat_interleave(n_random)
         a = torch.randint(0, n, (ir.numel(),), generator=g).to(x.device)
         b = torch.randint(0, n, (ir.numel(),), generator=g).to(x.device)
-        d2_ab = _row_sq_dist(x, torch.cat([a.view(n, n_random), b.view(n, n_random)], 1))
+        d2_ab = _row_sq_dist(
+            x, torch.cat([a.view(n, n_random), b.view(n, n_random)], 1)
+        )
         d2_a, d2_b = d2_ab[:, :n_random].reshape(-1), d2_ab[:, n_random:].reshape(-1)
         ok = (a != ir) & (b != ir) & (a != b)
         ir, a, b = ir[ok], a[ok], b[ok]
@@ -178,9 +205,18 @@ def _pca(x, p):
     return xc @ V[:p].T
 
 
-def triplet_embedding(x, n_components: int = 2, n_inliers: int = 10, n_outliers: int = 5, n_random: int = 3,
-                      n_iter: int = 400, lr: float = 0.1, kind: str = "trimap", seed=0,
-                      init=None):
+def triplet_embedding(
+    x,
+    n_components: int = 2,
+    n_inliers: int = 10,
+    n_outliers: int = 5,
+    n_random: int = 3,
+    n_iter: int = 400,
+    lr: float = 0.1,
+    kind: str = "trimap",
+    seed=0,
+    init=None,
+):
     r"""A TriMap-style embedding: minimize :func:`triplet_loss` over :func:`trimap_triplets`.
 
     Starts from PCA scaled to standard deviation 0.01 per axis (or ``init (n, n_components)``) and
@@ -203,7 +239,9 @@ def triplet_embedding(x, n_components: int = 2, n_inliers: int = 10, n_outliers:
     kind = check_choice(kind, "kind", ["trimap", "ste", "hinge"])
     args = _check_trimap_args(x, n_inliers, n_outliers, n_random, 500.0)
     single = not isinstance(seed, (list, tuple, range))
-    seeds = [check_positive_int(s_, "seed", minimum=0) for s_ in ([seed] if single else seed)]
+    seeds = [
+        check_positive_int(s_, "seed", minimum=0) for s_ in ([seed] if single else seed)
+    ]
     if not seeds:
         raise ValueError("seed is an empty list; give a seed or a list of seeds")
     if init is None:
@@ -212,9 +250,14 @@ def triplet_embedding(x, n_components: int = 2, n_inliers: int = 10, n_outliers:
     else:
         Y0 = check_points(init, "init", like=x)
         if Y0.shape != (x.shape[0], n_components):
-            raise ValueError(f"init must have shape {(x.shape[0], n_components)}, got {tuple(Y0.shape)}")
+            raise ValueError(
+                f"init must have shape {(x.shape[0], n_components)}, got {tuple(Y0.shape)}"
+            )
     knn = _trimap_knn(x, args[0])
-    out = [_fit_triplets(Y0, *_trimap_sample(x, knn, *args, s_), n_iter, lr, kind) for s_ in seeds]
+    out = [
+        _fit_triplets(Y0, *_trimap_sample(x, knn, *args, s_), n_iter, lr, kind)
+        for s_ in seeds
+    ]
     return out[0] if single else out
 
 
@@ -244,11 +287,21 @@ class _TripletGrad:
 
     def __call__(self, Yt, with_loss: bool = False):
         m, w = self.i.shape[0], self.w
-        Ys, dij, dik, sq, aij, aik, gij, gik = (self.Ys, self.dij, self.dik, self.sq, self.aij,
-                                                self.aik, self.gij, self.gik)
-        torch.index_select(Yt, 1, self.ijk, out=Ys)  # (p, 3m): y_i, y_j, y_k side by side
-        torch.sub(Ys[:, :m], Ys[:, m:2 * m], out=dij)
-        torch.sub(Ys[:, :m], Ys[:, 2 * m:], out=dik)
+        Ys, dij, dik, sq, aij, aik, gij, gik = (
+            self.Ys,
+            self.dij,
+            self.dik,
+            self.sq,
+            self.aij,
+            self.aik,
+            self.gij,
+            self.gik,
+        )
+        torch.index_select(
+            Yt, 1, self.ijk, out=Ys
+        )  # (p, 3m): y_i, y_j, y_k side by side
+        torch.sub(Ys[:, :m], Ys[:, m : 2 * m], out=dij)
+        torch.sub(Ys[:, :m], Ys[:, 2 * m :], out=dik)
         torch.sum(torch.mul(dij, dij, out=sq), 0, out=aij).add_(1.0)
         torch.sum(torch.mul(dik, dik, out=sq), 0, out=aik).add_(1.0)
         loss = None
@@ -261,8 +314,11 @@ class _TripletGrad:
         else:
             S = torch.add(aij, aik, out=gik)  # a_ij + a_ik, in gik's buffer for now
             if with_loss:
-                loss = ((w * aij / S).sum() if self.kind == "trimap"  # 1 - kappa = a_ij / S
-                        else (w * torch.log(S / aik)).sum())  # -log kappa
+                loss = (
+                    (w * aij / S).sum()
+                    if self.kind == "trimap"  # 1 - kappa = a_ij / S
+                    else (w * torch.log(S / aik)).sum()
+                )  # -log kappa
             if self.kind == "trimap":
                 r = S.square_().reciprocal_().mul_(w)  # w / S²
                 torch.mul(r, aik, out=gij)
@@ -273,8 +329,8 @@ class _TripletGrad:
                 r.mul_(aij).div_(aik)  # gik = w a_ij / (a_ik S)
         fij, fik = dij.mul_(gij.mul_(2.0)), dik.mul_(gik.mul_(2.0))
         torch.sub(fij, fik, out=self.vals[:, :m])
-        torch.neg(fij, out=self.vals[:, m:2 * m])
-        self.vals[:, 2 * m:] = fik
+        torch.neg(fij, out=self.vals[:, m : 2 * m])
+        self.vals[:, 2 * m :] = fik
         grad = torch.zeros_like(Yt).scatter_add_(1, self.index, self.vals)
         return (grad, loss) if with_loss else grad
 
@@ -290,8 +346,17 @@ def _fit_triplets(Y0, trip, w, n_iter, lr, kind):
     return Yt.detach().T.contiguous()
 
 
-def ordinal_embedding(triplets, n_points: int, n_components: int = 2, kind: str = "ste", n_iter: int = 500,
-                      lr: float = 0.1, seed: int = 0, dtype=None, device=None) -> torch.Tensor:
+def ordinal_embedding(
+    triplets,
+    n_points: int,
+    n_components: int = 2,
+    kind: str = "ste",
+    n_iter: int = 500,
+    lr: float = 0.1,
+    seed: int = 0,
+    dtype=None,
+    device=None,
+) -> torch.Tensor:
     r"""Ordinal embedding: points that satisfy "``i`` is closer to ``j`` than to ``k``" statements.
 
     Only the comparisons are given, no coordinates. Minimizes :func:`triplet_loss` of ``kind``
@@ -308,8 +373,12 @@ def ordinal_embedding(triplets, n_points: int, n_components: int = 2, kind: str 
     t = _check_triplets(triplets, n_points, device)
     dtype = dtype or torch.get_default_dtype()
     g = torch.Generator(device="cpu").manual_seed(seed)
-    Y0 = (1e-2 * torch.randn(n_points, n_components, generator=g, dtype=dtype)).to(device)
-    return _fit_triplets(Y0, t, torch.ones(t.shape[0], dtype=dtype, device=device), n_iter, lr, kind)
+    Y0 = (1e-2 * torch.randn(n_points, n_components, generator=g, dtype=dtype)).to(
+        device
+    )
+    return _fit_triplets(
+        Y0, t, torch.ones(t.shape[0], dtype=dtype, device=device), n_iter, lr, kind
+    )
 
 
 def triplet_accuracy(y, triplets) -> float:

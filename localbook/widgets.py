@@ -6,6 +6,7 @@ suite set it), or ipywidgets is missing, it draws a static small-multiples figur
 representative settings instead, so the website never shows an empty widget box and nothing
 waits for input.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,10 +51,20 @@ def interactive_figure(
         n = len(static)
         cols = min(ncols, n)
         rows = math.ceil(n / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), squeeze=False)
+        fig, axes = plt.subplots(
+            rows,
+            cols,
+            figsize=(panel_size[0] * cols, panel_size[1] * rows),
+            squeeze=False,
+        )
         for ax, values in zip(axes.flat, static):
             plot(ax, **values)
-            ax.set_title(title(values) if title else ", ".join(f"{k} = {v}" for k, v in values.items()), fontsize=10)
+            ax.set_title(
+                title(values)
+                if title
+                else ", ".join(f"{k} = {v}" for k, v in values.items()),
+                fontsize=10,
+            )
         for ax in list(axes.flat)[n:]:
             ax.set_visible(False)
         fig.tight_layout()
@@ -62,11 +73,25 @@ def interactive_figure(
     import ipywidgets as w
 
     def _control(name, options):
-        if isinstance(options, tuple) and len(options) == 3 and all(isinstance(o, (int, float)) for o in options):
+        if (
+            isinstance(options, tuple)
+            and len(options) == 3
+            and all(isinstance(o, (int, float)) for o in options)
+        ):
             lo, hi, step = options
-            return w.FloatSlider(value=static[0].get(name, lo), min=lo, max=hi, step=step, description=name,
-                                 continuous_update=False)
-        return w.Dropdown(options=list(options), value=static[0].get(name, list(options)[0]), description=name)
+            return w.FloatSlider(
+                value=static[0].get(name, lo),
+                min=lo,
+                max=hi,
+                step=step,
+                description=name,
+                continuous_update=False,
+            )
+        return w.Dropdown(
+            options=list(options),
+            value=static[0].get(name, list(options)[0]),
+            description=name,
+        )
 
     def _draw(**values):
         fig, ax = plt.subplots(figsize=panel_size)

@@ -13,7 +13,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 os.environ.setdefault("LOCALBOOK_STATIC", "1")
 import matplotlib
 
-matplotlib.use("Agg")  # in this process only: notebook kernels keep their inline backend
+matplotlib.use(
+    "Agg"
+)  # in this process only: notebook kernels keep their inline backend
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

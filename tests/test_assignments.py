@@ -3,6 +3,7 @@
 nothing of the solutions leaks into a release, a release runs with only its stubs' errors, and
 nbgrader's autograder gives the instructor's solutions full marks and an untouched release less.
 nbgrader is a test-only dependency (requirements.txt)."""
+
 import ast
 import copy
 import json
@@ -38,20 +39,34 @@ print("solution value", weighted_mean(0.0, torch.linspace(-1, 1, 5), torch.ones(
 
 def _synthetic_chapter():
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     nb.cells = [
         md("# 9. A synthetic chapter"),
         code("import localbook as lb\nimport torch"),
-        md("## Exercises\n\n```{exercise} Weighted mean\n:label: ex-09-mean\nWrite it.\n```\n\n"
-           "```{solution} ex-09-mean\n:class: dropdown\nThe secret explanation of the code.\n```"),
+        md(
+            "## Exercises\n\n```{exercise} Weighted mean\n:label: ex-09-mean\nWrite it.\n```\n\n"
+            "```{solution} ex-09-mean\n:class: dropdown\nThe secret explanation of the code.\n```"
+        ),
         code(SOLUTION_CODE, metadata={"tags": ["solution"]}),
         code("lb.check.ch01.local_constant_fit(weighted_mean);"),
-        md("```{exercise}\n:label: ex-09-other\nProve it.\n```\n\n"
-           "````{solution} ex-09-other\n:class: dropdown\n```{math}\nsecret = 1\n```\n"
-           "Still hidden text.\n````\nAfter the answer."),
-        code("# hidden check\nassert total_secret == 4", metadata={"tags": ["remove-cell"]}),
-        code("total_secret = 2 + 2\nassert total_secret == 4", metadata={"tags": ["solution"]}),
+        md(
+            "```{exercise}\n:label: ex-09-other\nProve it.\n```\n\n"
+            "````{solution} ex-09-other\n:class: dropdown\n```{math}\nsecret = 1\n```\n"
+            "Still hidden text.\n````\nAfter the answer."
+        ),
+        code(
+            "# hidden check\nassert total_secret == 4",
+            metadata={"tags": ["remove-cell"]},
+        ),
+        code(
+            "total_secret = 2 + 2\nassert total_secret == 4",
+            metadata={"tags": ["solution"]},
+        ),
         code("print('kept')"),
     ]
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="old output")]
@@ -81,23 +96,44 @@ def _grader(cell):
 # --- the converter ---------------------------------------------------------------------------
 def test_solution_body_is_marked_signature_and_docstring_stay():
     stub = _clear_solutions(ns.wrap_code(SOLUTION_CODE))
-    assert stub.startswith("import torch\n\ndef weighted_mean(x_star: float, x: torch.Tensor,\n")
-    assert '    """Kernel-weighted mean of y around x_star."""\n    # YOUR CODE HERE\n' in stub
+    assert stub.startswith(
+        "import torch\n\ndef weighted_mean(x_star: float, x: torch.Tensor,\n"
+    )
+    assert (
+        '    """Kernel-weighted mean of y around x_star."""\n    # YOUR CODE HERE\n'
+        in stub
+    )
     assert "weights_secret" not in stub and "normalized" not in stub
-    assert "solution value" not in stub  # the demo after the function is a region of its own
+    assert (
+        "solution value" not in stub
+    )  # the demo after the function is a region of its own
     compile(stub, "<stub>", "exec")
-    assert ns.wrap_code("x = 1\nprint(x)") == "### BEGIN SOLUTION\nx = 1\nprint(x)\n### END SOLUTION"
-    assert ns.wrap_code("def f(x): return 2 * x").startswith("### BEGIN SOLUTION\ndef f")
-    s = _clear_solutions(ns.wrap_code('class A:\n    """Doc."""\n    def m(self):\n        return 1\n'))
+    assert (
+        ns.wrap_code("x = 1\nprint(x)")
+        == "### BEGIN SOLUTION\nx = 1\nprint(x)\n### END SOLUTION"
+    )
+    assert ns.wrap_code("def f(x): return 2 * x").startswith(
+        "### BEGIN SOLUTION\ndef f"
+    )
+    s = _clear_solutions(
+        ns.wrap_code('class A:\n    """Doc."""\n    def m(self):\n        return 1\n')
+    )
     assert '"""Doc."""' in s and "def m(self):" in s and "return 1" not in s
     compile(s, "<stub>", "exec")
-    assert ns.wrap_code("%timeit f(1)").startswith("### BEGIN SOLUTION")  # not Python: one region
+    assert ns.wrap_code("%timeit f(1)").startswith(
+        "### BEGIN SOLUTION"
+    )  # not Python: one region
 
 
 def test_self_check_call_becomes_an_assert():
-    assert ns.assert_checks("lb.check.ch02.loo_shortcut(loo);  # note\nx = 1") == \
-        "assert lb.check.ch02.loo_shortcut(loo)  # note\nx = 1"
-    assert ns.assert_checks("lb.check.ch06.sparsemax(f)") == "assert lb.check.ch06.sparsemax(f)"
+    assert (
+        ns.assert_checks("lb.check.ch02.loo_shortcut(loo);  # note\nx = 1")
+        == "assert lb.check.ch02.loo_shortcut(loo)  # note\nx = 1"
+    )
+    assert (
+        ns.assert_checks("lb.check.ch06.sparsemax(f)")
+        == "assert lb.check.ch06.sparsemax(f)"
+    )
     assert ns.assert_checks("print(1)") == "print(1)"
 
 
@@ -107,14 +143,28 @@ def test_synthetic_chapter_converts_to_valid_nbgrader_metadata():
     nb = _converted(_synthetic_chapter())
     MetadataValidator().validate_nb(nb)
     meta = [_grader(c) for c in nb.cells]
-    assert meta[3]["solution"] and not meta[3]["grade"] and meta[3]["grade_id"] == "ex-09-mean-code"
-    assert meta[4]["grade"] and meta[4]["locked"] and meta[4]["points"] == ns.CHECK_POINTS
-    assert nb.cells[4].source == "assert lb.check.ch01.local_constant_fit(weighted_mean)"
+    assert (
+        meta[3]["solution"]
+        and not meta[3]["grade"]
+        and meta[3]["grade_id"] == "ex-09-mean-code"
+    )
+    assert (
+        meta[4]["grade"] and meta[4]["locked"] and meta[4]["points"] == ns.CHECK_POINTS
+    )
+    assert (
+        nb.cells[4].source == "assert lb.check.ch01.local_constant_fit(weighted_mean)"
+    )
     # the self-checked code exercise's prose is no written answer; the proof is one
     assert meta[2] == {} and "BEGIN SOLUTION" not in nb.cells[2].source
-    assert meta[5]["solution"] and meta[5]["grade"] and meta[5]["points"] == ns.WRITTEN_POINTS
+    assert (
+        meta[5]["solution"]
+        and meta[5]["grade"]
+        and meta[5]["points"] == ns.WRITTEN_POINTS
+    )
     assert nb.cells[5].source.split("\n").count(ns.BEGIN) == 1
-    assert meta[6] == {} and meta[8] == {}  # hidden checks and other cells are left alone
+    assert (
+        meta[6] == {} and meta[8] == {}
+    )  # hidden checks and other cells are left alone
     assert meta[7]["solution"] and nb.cells[7].source.startswith(ns.BEGIN)
     assert len({m["grade_id"] for m in meta if m}) == sum(bool(m) for m in meta)
 
@@ -124,15 +174,22 @@ def test_converter_is_idempotent_and_leaves_other_notebooks_alone():
     twice = _converted(once)
     assert nbformat.writes(once) == nbformat.writes(twice)
     plain = nbformat.v4.new_notebook()
-    plain.cells = [nbformat.v4.new_markdown_cell("# T\n\n```{solution} x\nnot after an exercise\n```"),
-                   nbformat.v4.new_code_cell("lb.check.ch01.knn_bandwidth(f)")]
+    plain.cells = [
+        nbformat.v4.new_markdown_cell(
+            "# T\n\n```{solution} x\nnot after an exercise\n```"
+        ),
+        nbformat.v4.new_code_cell("lb.check.ch01.knn_bandwidth(f)"),
+    ]
     before = nbformat.writes(plain)
     # a check that follows no solution is no test cell; a lone {solution} block is written
     nb = _converted(plain)
     assert _grader(nb.cells[1]) == {} and nb.cells[1].source == plain.cells[1].source
     assert _grader(nb.cells[0])["grade"] and before != nbformat.writes(nb)
     empty = nbformat.v4.new_notebook()
-    empty.cells = [nbformat.v4.new_markdown_cell("# T"), nbformat.v4.new_code_cell("x = 1")]
+    empty.cells = [
+        nbformat.v4.new_markdown_cell("# T"),
+        nbformat.v4.new_code_cell("x = 1"),
+    ]
     assert ns.convert_notebook(empty) == 0
 
 
@@ -153,13 +210,16 @@ def test_chapter_is_an_nbgrader_source(chapter):
     nb = nbformat.read(chapter, as_version=4)
     text = nbformat.writes(nb)
     assert ns.convert_notebook(nb) == 0, (
-        f"{chapter.name} is not an nbgrader source yet: run `python _ext/nbgrader_source.py {chapter.relative_to(ROOT)}`")
+        f"{chapter.name} is not an nbgrader source yet: run `python _ext/nbgrader_source.py {chapter.relative_to(ROOT)}`"
+    )
     assert nbformat.writes(nb) == text
     MetadataValidator().validate_nb(nb)
     for cell in nb.cells:
         if "solution" in cell.metadata.get("tags", []):
             assert _grader(cell).get("solution"), cell.source[:80]
-        for line in cell.source.split("\n"):  # nbgrader takes any line with these words for one
+        for line in cell.source.split(
+            "\n"
+        ):  # nbgrader takes any line with these words for one
             assert not ns.NBGRADER_MARKER.search(line) or ns.MARKER.match(line), line
 
 
@@ -186,11 +246,17 @@ def _solution_lines(nb):
     for cell in nb.cells:
         inside = False
         lines = cell.source.split("\n")
-        blocks = {i for a, b, _ in ns.solution_blocks(cell.source) for i in range(a + 1, b)}
+        blocks = {
+            i for a, b, _ in ns.solution_blocks(cell.source) for i in range(a + 1, b)
+        }
         for i, line in enumerate(lines):
             if ns.MARKER.match(line):
                 inside = "BEGIN" in line
-            elif (inside or i in blocks) and len(line.strip()) > 12 and not line.lstrip().startswith(":"):
+            elif (
+                (inside or i in blocks)
+                and len(line.strip()) > 12
+                and not line.lstrip().startswith(":")
+            ):
                 out.append(line.strip())
     return out
 
@@ -203,7 +269,9 @@ def _public_lines(nb):
         if "remove-cell" in cell.metadata.get("tags", []):
             continue
         inside = False
-        blocks = {i for a, b, _ in ns.solution_blocks(cell.source) for i in range(a, b + 1)}
+        blocks = {
+            i for a, b, _ in ns.solution_blocks(cell.source) for i in range(a, b + 1)
+        }
         for i, line in enumerate(cell.source.split("\n")):
             if ns.MARKER.match(line):
                 inside = "BEGIN" in line
@@ -229,7 +297,11 @@ def assert_clean(chapter_nb, release):
             assert cell.outputs == [] and cell.execution_count is None
     checks = [c for c in nb.cells if _grader(c).get("grade") and c.cell_type == "code"]
     for c in checks:  # the autograded self-checks are released as they are, locked
-        twin = [r for r in release.cells if _grader(r).get("grade_id") == _grader(c)["grade_id"]]
+        twin = [
+            r
+            for r in release.cells
+            if _grader(r).get("grade_id") == _grader(c)["grade_id"]
+        ]
         assert twin and twin[0].source == c.source and _grader(twin[0])["locked"]
 
 
@@ -242,11 +314,21 @@ def test_synthetic_release_is_clean(tmp_path):
     release = nbformat.read(path, as_version=4)
     assert_clean(original, release)
     text = "\n".join(c.source for c in release.cells)
-    assert "secret" not in text and "Still hidden" not in text and "weights_secret" not in text
-    assert "After the answer." in text and "YOUR ANSWER HERE" in text and "print('kept')" in text
+    assert (
+        "secret" not in text
+        and "Still hidden" not in text
+        and "weights_secret" not in text
+    )
+    assert (
+        "After the answer." in text
+        and "YOUR ANSWER HERE" in text
+        and "print('kept')" in text
+    )
     assert "Student version" in text and release.cells[0].source.startswith("# 9.")
     with pytest.raises(AssertionError, match="leaks"):
-        assert_clean(original, _converted(original))  # the chapter itself is full of solutions
+        assert_clean(
+            original, _converted(original)
+        )  # the chapter itself is full of solutions
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
@@ -287,20 +369,34 @@ def names_only_solutions_defined(release):
     """Names that kept cells read but only a cleared solution defined (static, fast)."""
     import builtins
 
-    defined, problems = set(dir(builtins)) | {"__name__", "__file__", "get_ipython", "display"}, []
+    defined, problems = (
+        set(dir(builtins)) | {"__name__", "__file__", "get_ipython", "display"},
+        [],
+    )
     for cell in release.cells:
         if cell.cell_type != "code":
             continue
         try:
-            tree = ast.parse("\n".join(line for line in cell.source.splitlines()
-                                       if not line.lstrip().startswith(("%", "!"))))
+            tree = ast.parse(
+                "\n".join(
+                    line
+                    for line in cell.source.splitlines()
+                    if not line.lstrip().startswith(("%", "!"))
+                )
+            )
         except SyntaxError:
             continue
         if not _grader(cell).get("solution"):
             local = _defined_names(tree)
             for node in ast.walk(tree):
-                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in defined | local:
-                    problems.append(f"{node.id!r} in: {cell.source.splitlines()[0][:70]}")
+                if (
+                    isinstance(node, ast.Name)
+                    and isinstance(node.ctx, ast.Load)
+                    and node.id not in defined | local
+                ):
+                    problems.append(
+                        f"{node.id!r} in: {cell.source.splitlines()[0][:70]}"
+                    )
         defined |= _top_level_defined(tree)
     return sorted(set(problems))
 
@@ -308,25 +404,41 @@ def names_only_solutions_defined(release):
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_release_needs_nothing_from_a_solution(chapter, course_dir):
     problems = names_only_solutions_defined(_release(course_dir, chapter))
-    assert not problems, "kept cells read names only a solution defined: " + "; ".join(problems[:8])
+    assert not problems, "kept cells read names only a solution defined: " + "; ".join(
+        problems[:8]
+    )
 
 
 def test_command_line(tmp_path):
     pytest.importorskip("nbgrader")
     (tmp_path / "book").mkdir()
     nbformat.write(_synthetic_chapter(), tmp_path / "book" / "09_synthetic.ipynb")
-    r = subprocess.run([sys.executable, str(ROOT / "_ext" / "assignments.py"), str(tmp_path / "book"),
-                        str(tmp_path / "course")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "_ext" / "assignments.py"),
+            str(tmp_path / "book"),
+            str(tmp_path / "course"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert (tmp_path / "course" / "release" / "09_synthetic" / "09_synthetic.ipynb").exists()
-    assert (tmp_path / "course" / "source" / "09_synthetic" / "09_synthetic.ipynb").exists()
+    assert (
+        tmp_path / "course" / "release" / "09_synthetic" / "09_synthetic.ipynb"
+    ).exists()
+    assert (
+        tmp_path / "course" / "source" / "09_synthetic" / "09_synthetic.ipynb"
+    ).exists()
 
 
 # --- running releases, and nbgrader's autograder ---------------------------------------------
 def _plain_env():
     """A student's (and nbgrader's) kernel: no LOCALBOOK_* variables, so checks are friendly."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALBOOK_")}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), env.get("PATH", "")]
+    )
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -342,17 +454,32 @@ def run_release(path: Path, timeout=300):
     os.environ["LOCALBOOK_STATIC"] = "1"  # static widgets only; checks stay friendly:
     os.environ["LOCALBOOK_CHECK_STRICT"] = "0"
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=True,
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    errors = [(c, o) for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    errors = [
+        (c, o)
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error"
+    ]
     return nb, errors
 
 
-EXECUTED = [c for c in CHAPTERS if c.name[:2] in os.environ.get("LOCALBOOK_ASSIGNMENTS_EXECUTE", "01,02").split(",")
-            or os.environ.get("LOCALBOOK_ASSIGNMENTS_EXECUTE") == "all"]
+EXECUTED = [
+    c
+    for c in CHAPTERS
+    if c.name[:2] in os.environ.get("LOCALBOOK_ASSIGNMENTS_EXECUTE", "01,02").split(",")
+    or os.environ.get("LOCALBOOK_ASSIGNMENTS_EXECUTE") == "all"
+]
 
 
 @pytest.mark.slow
@@ -362,10 +489,16 @@ def test_chapter_release_runs_with_only_stub_errors(chapter, course_dir):
     assert errors, "the stubs must raise"
     for cell, err in errors:
         text = "".join(o.get("text", "") for o in cell.outputs)
-        if err.ename == "AssertionError":  # a self-check met a stub: it said so, then failed
-            assert _grader(cell).get("grade") and "not implemented yet" in text, cell.source
+        if (
+            err.ename == "AssertionError"
+        ):  # a self-check met a stub: it said so, then failed
+            assert _grader(cell).get("grade") and "not implemented yet" in text, (
+                cell.source
+            )
         else:
-            assert err.ename == "NotImplementedError", f"{err.ename}: {err.evalue} in\n{cell.source}"
+            assert err.ename == "NotImplementedError", (
+                f"{err.ename}: {err.evalue} in\n{cell.source}"
+            )
 
 
 GRADED = "02_local_means"
@@ -381,8 +514,10 @@ def test_autograde_instructor_full_marks_untouched_release_less(tmp_path):
     chapter = ROOT / "book" / f"{GRADED}.ipynb"
     root = tmp_path / "course"
     course.build_course(ROOT / "book", root, [GRADED])
-    submissions = {"instructor": root / "source" / GRADED / chapter.name,
-                   "untouched": root / "release" / GRADED / chapter.name}
+    submissions = {
+        "instructor": root / "source" / GRADED / chapter.name,
+        "untouched": root / "release" / GRADED / chapter.name,
+    }
     for student, nb in submissions.items():
         where = root / "submitted" / student / GRADED
         where.mkdir(parents=True)
@@ -390,18 +525,40 @@ def test_autograde_instructor_full_marks_untouched_release_less(tmp_path):
         (where / "timestamp.txt").write_text("2026-12-01 12:00:00.000000 UTC")
     nbgrader = [sys.executable, "-m", "nbgrader"]
     for student in submissions:
-        subprocess.run(nbgrader + ["db", "student", "add", student, f"--CourseDirectory.root={root}"],
-                       check=True, capture_output=True, env=_plain_env(), cwd=root)
-    r = subprocess.run(nbgrader + ["autograde", GRADED, "--force", f"--CourseDirectory.root={root}",
-                                   "--ExecutePreprocessor.timeout=600"],
-                       capture_output=True, text=True, env=_plain_env(), cwd=root)
+        subprocess.run(
+            nbgrader
+            + ["db", "student", "add", student, f"--CourseDirectory.root={root}"],
+            check=True,
+            capture_output=True,
+            env=_plain_env(),
+            cwd=root,
+        )
+    r = subprocess.run(
+        nbgrader
+        + [
+            "autograde",
+            GRADED,
+            "--force",
+            f"--CourseDirectory.root={root}",
+            "--ExecutePreprocessor.timeout=600",
+        ],
+        capture_output=True,
+        text=True,
+        env=_plain_env(),
+        cwd=root,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         scores = {s: gb.find_submission(GRADED, s) for s in submissions}
-        got = {s: (sub.code_score, sub.max_code_score, sub.score, sub.max_score) for s, sub in scores.items()}
+        got = {
+            s: (sub.code_score, sub.max_code_score, sub.score, sub.max_score)
+            for s, sub in scores.items()
+        }
     inst, untouched = got["instructor"], got["untouched"]
     msg = f"(code score, max code score, score, max score): instructor {inst}, untouched release {untouched}"
     assert inst[1] > 0, msg
-    assert inst[0] == inst[1], "the instructor's solutions must get every autograded point " + msg
+    assert inst[0] == inst[1], (
+        "the instructor's solutions must get every autograded point " + msg
+    )
     assert untouched[0] < inst[0] and untouched[2] < inst[2], msg
     print(msg)

@@ -1,4 +1,5 @@
 """localbook.attention (and localbook.language) against PyTorch's SDPA, nn.MultiheadAttention, an explicit local mean, and properties."""
+
 import math
 
 import pytest
@@ -20,7 +21,17 @@ def _float64():
     torch.set_default_dtype(old)
 
 
-def _qkv(shape_b=(2, 3), Tq=7, Tk=7, d=5, dv=4, dtype=torch.float64, device="cpu", seed=0, grad=False):
+def _qkv(
+    shape_b=(2, 3),
+    Tq=7,
+    Tk=7,
+    d=5,
+    dv=4,
+    dtype=torch.float64,
+    device="cpu",
+    seed=0,
+    grad=False,
+):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(*shape_b, Tq, d, generator=g, dtype=dtype).to(device)
     k = torch.randn(*shape_b, Tk, d, generator=g, dtype=dtype).to(device)
@@ -76,9 +87,14 @@ def test_matches_sdpa_with_masks_and_scale(device, fused):
 
 
 @settings(max_examples=25, deadline=None)
-@given(T=st.integers(1, 12), d=st.integers(1, 6), causal=st.booleans(),
-       window=st.one_of(st.none(), st.integers(1, 5)), decay=st.one_of(st.none(), st.floats(0, 2)),
-       seed=st.integers(0, 2**16))
+@given(
+    T=st.integers(1, 12),
+    d=st.integers(1, 6),
+    causal=st.booleans(),
+    window=st.one_of(st.none(), st.integers(1, 5)),
+    decay=st.one_of(st.none(), st.floats(0, 2)),
+    seed=st.integers(0, 2**16),
+)
 def test_temporal_kernels_equal_explicit_local_mean(T, d, causal, window, decay, seed):
     q, k, v = _qkv(shape_b=(2,), Tq=T, Tk=T, d=d, dv=3, seed=seed)
     tk = A.TemporalKernel(causal=causal, window=window, decay=decay)
@@ -94,7 +110,9 @@ def test_chunked_path_equals_one_chunk():
     q, k, v = _qkv(shape_b=(2,), Tq=50, Tk=50)
     tk = A.TemporalKernel(causal=True, window=7, decay=0.3)
     one = _attend(q, k, v, (2,), temporal=tk, fused=False)
-    many = _attend(q, k, v, (2,), temporal=tk, fused=False, budget=1)  # one query row per chunk
+    many = _attend(
+        q, k, v, (2,), temporal=tk, fused=False, budget=1
+    )  # one query row per chunk
     torch.testing.assert_close(one, many, atol=1e-12, rtol=1e-12)
 
 
@@ -130,7 +148,9 @@ def test_temporal_kernel_matrices():
     torch.testing.assert_close(K, torch.exp(-0.5 * lag.to(K.dtype)))
     H = A.TemporalKernel(causal=True, decay=A.alibi_slopes(4)).log_matrix(5, 5)
     assert H.shape == (4, 5, 5)
-    torch.testing.assert_close(A.alibi_slopes(8), 2.0 ** (-torch.arange(1, 9, dtype=torch.get_default_dtype())))
+    torch.testing.assert_close(
+        A.alibi_slopes(8), 2.0 ** (-torch.arange(1, 9, dtype=torch.get_default_dtype()))
+    )
 
 
 def test_causal_output_ignores_the_future():
@@ -147,16 +167,22 @@ def test_causal_output_ignores_the_future():
 
 def test_window_and_decay_effect_on_weights():
     q, k, v = _qkv(shape_b=(), Tq=10, Tk=10)
-    _, w = A.local_mean_attention(q, k, v, temporal=A.TemporalKernel(causal=True, window=3), return_weights=True)
+    _, w = A.local_mean_attention(
+        q, k, v, temporal=A.TemporalKernel(causal=True, window=3), return_weights=True
+    )
     lag = torch.arange(10)[:, None] - torch.arange(10)
     assert bool((w[(lag < 0) | (lag >= 3)] == 0).all())
     # zero scores: the weights are the normalized temporal kernel itself
     z = torch.zeros(10, 4, dtype=q.dtype)
-    _, w0 = A.local_mean_attention(z, z, v, temporal=A.TemporalKernel(causal=True, decay=1.0), return_weights=True)
+    _, w0 = A.local_mean_attention(
+        z, z, v, temporal=A.TemporalKernel(causal=True, decay=1.0), return_weights=True
+    )
     K = A.temporal_kernel(10, causal=True, decay=1.0)
     torch.testing.assert_close(w0, K / K.sum(1, keepdim=True))
     # stronger decay puts more weight on the present token
-    _, w5 = A.local_mean_attention(z, z, v, temporal=A.TemporalKernel(causal=True, decay=5.0), return_weights=True)
+    _, w5 = A.local_mean_attention(
+        z, z, v, temporal=A.TemporalKernel(causal=True, decay=5.0), return_weights=True
+    )
     assert bool((w5.diagonal()[1:] > w0.diagonal()[1:]).all())
 
 
@@ -167,7 +193,9 @@ def test_fully_masked_row_is_nan_with_one_warning():
     for fused in (True, False):
         with pytest.warns(UserWarning, match="1 query row"):
             out = A.local_mean_attention(q, k, v, temporal=mask, fused=fused)
-        assert bool(torch.isnan(out[2]).all()) and bool(torch.isfinite(out[[0, 1, 3]]).all())
+        assert bool(torch.isnan(out[2]).all()) and bool(
+            torch.isfinite(out[[0, 1, 3]]).all()
+        )
 
 
 # --- other weight maps -----------------------------------------------------------------------------
@@ -175,9 +203,18 @@ def test_callable_weights():
     q, k, v = _qkv()
     out = A.local_mean_attention(q, k, v, weights=lambda s: torch.softmax(s, -1))
     torch.testing.assert_close(out, sdpa(q, k, v), atol=1e-12, rtol=1e-12)
-    hard = A.local_mean_attention(q, k, v, weights=lambda s: torch.nn.functional.one_hot(s.argmax(-1), s.shape[-1]).to(s.dtype))
+    hard = A.local_mean_attention(
+        q,
+        k,
+        v,
+        weights=lambda s: torch.nn.functional.one_hot(s.argmax(-1), s.shape[-1]).to(
+            s.dtype
+        ),
+    )
     idx = (q @ k.transpose(-1, -2)).argmax(-1)
-    torch.testing.assert_close(hard, torch.gather(v, -2, idx[..., None].expand(*idx.shape, v.shape[-1])))
+    torch.testing.assert_close(
+        hard, torch.gather(v, -2, idx[..., None].expand(*idx.shape, v.shape[-1]))
+    )
     with pytest.raises(ValueError, match="weights callable"):
         A.local_mean_attention(q, k, v, weights=lambda s: s[..., :1])
 
@@ -188,7 +225,9 @@ def test_sparse_weights_match_entmax_package(name, causal):
     pytest.importorskip("localbook.entmax")
     entmax = pytest.importorskip("entmax")
     q, k, v = _qkv()
-    out, w = A.local_mean_attention(q, k, v, causal=causal, weights=name, return_weights=True)
+    out, w = A.local_mean_attention(
+        q, k, v, causal=causal, weights=name, return_weights=True
+    )
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         s = s.masked_fill(~torch.ones(7, 7, dtype=torch.bool).tril(), -1e9)
@@ -210,18 +249,28 @@ def test_multihead_layer_equals_nn_multiheadattention():
         ours.out.weight.copy_(ref.out_proj.weight)
         ours.out.bias.copy_(ref.out_proj.bias)
     x = torch.randn(2, 9, d)
-    mask = torch.ones(9, 9, dtype=torch.bool).triu(1)  # True = masked, in nn.MultiheadAttention
+    mask = torch.ones(9, 9, dtype=torch.bool).triu(
+        1
+    )  # True = masked, in nn.MultiheadAttention
     y_ref, w_ref = ref(x, x, x, attn_mask=mask, average_attn_weights=False)
     y, w = ours(x, return_weights=True)
     torch.testing.assert_close(y, y_ref, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(w, w_ref, atol=1e-10, rtol=1e-10)
-    torch.testing.assert_close(ours(x[0]), y_ref[0], atol=1e-10, rtol=1e-10)  # unbatched
+    torch.testing.assert_close(
+        ours(x[0]), y_ref[0], atol=1e-10, rtol=1e-10
+    )  # unbatched
 
 
 def test_transformer_shapes_causality_and_training(device):
     torch.manual_seed(0)
-    m = A.LocalTransformer(11, d_model=16, n_heads=2, n_layers=2, context=12,
-                           temporal=A.TemporalKernel(decay=A.alibi_slopes(2))).to(device)
+    m = A.LocalTransformer(
+        11,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        context=12,
+        temporal=A.TemporalKernel(decay=A.alibi_slopes(2)),
+    ).to(device)
     idx = torch.randint(0, 11, (3, 12), device=device)
     logits = m(idx)
     assert logits.shape == (3, 12, 11)
@@ -230,9 +279,15 @@ def test_transformer_shapes_causality_and_training(device):
     assert bool((ws[0].triu(1) == 0).all())
     idx2 = idx.clone()
     idx2[:, 8:] = (idx2[:, 8:] + 1) % 11
-    torch.testing.assert_close(m(idx2)[:, :8], logits[:, :8])  # no peeking at the future
-    tokens = torch.arange(300, device=device) % 11  # a periodic sequence is easy to learn
-    h1 = A.train_language_model(m, tokens, n_steps=30, batch_size=8, context=12, lr=1e-2, seed=1, progress=False)
+    torch.testing.assert_close(
+        m(idx2)[:, :8], logits[:, :8]
+    )  # no peeking at the future
+    tokens = (
+        torch.arange(300, device=device) % 11
+    )  # a periodic sequence is easy to learn
+    h1 = A.train_language_model(
+        m, tokens, n_steps=30, batch_size=8, context=12, lr=1e-2, seed=1, progress=False
+    )
     assert h1.train_loss[-1] < 0.5 * h1.train_loss[0]
     assert A.evaluate_loss(m, tokens, context=12) < math.log(11)
     out = m.generate(tokens[:5], 7, seed=3)
@@ -246,7 +301,11 @@ def test_training_is_seeded():
     for _ in range(2):
         torch.manual_seed(5)
         m = A.LocalTransformer(7, d_model=8, n_heads=2, n_layers=1, context=8)
-        losses.append(A.train_language_model(m, tokens, n_steps=5, batch_size=4, context=8, seed=2, progress=False).train_loss)
+        losses.append(
+            A.train_language_model(
+                m, tokens, n_steps=5, batch_size=4, context=8, seed=2, progress=False
+            ).train_loss
+        )
     assert losses[0] == losses[1]
 
 
@@ -285,7 +344,9 @@ def test_bigram_kernel_is_the_mle_of_the_discrete_kernel():
     m = A.DiscreteKernel(5)
     with torch.no_grad():
         m.log_kernel.copy_(torch.log(P))
-    loss = torch.nn.functional.cross_entropy(m(tokens[:-1]), tokens[1:], reduction="sum")
+    loss = torch.nn.functional.cross_entropy(
+        m(tokens[:-1]), tokens[1:], reduction="sum"
+    )
     (grad,) = torch.autograd.grad(loss, m.log_kernel)
     assert float(grad.abs().max()) < 1e-9
     torch.testing.assert_close(m.kernel(), P)
@@ -306,11 +367,18 @@ def test_attention_graph_and_word_groups():
     assert words == ["Please", ",", "sir", ",", "I", "want", "some", "more", "."]
     assert groups.shape == (len(text),)
     T = len(text)
-    w = torch.softmax(torch.randn(T, T).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf), -1)
+    w = torch.softmax(
+        torch.randn(T, T).masked_fill(
+            ~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf
+        ),
+        -1,
+    )
     G = A.attention_graph(w, words, groups=groups, threshold=0.05)
     torch.testing.assert_close(G.weights.sum(1), torch.ones(len(words)))
     assert bool((G.edge_weights >= 0.05).all())
-    assert bool((G.edges[:, 0] >= G.edges[:, 1]).all())  # causal: edges point to the past
+    assert bool(
+        (G.edges[:, 0] >= G.edges[:, 1]).all()
+    )  # causal: edges point to the past
     assert bool((G.edges[:, 0] != G.edges[:, 1]).all())
     pytest.importorskip("networkx")
     assert G.to_networkx().number_of_edges() == G.edges.shape[0]
@@ -327,7 +395,9 @@ def test_attention_graph_and_word_groups():
 # --- bad inputs --------------------------------------------------------------------------------------
 def test_bad_inputs_are_rejected_clearly():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="q and k must have the same feature dimension"):
+    with pytest.raises(
+        ValueError, match="q and k must have the same feature dimension"
+    ):
         A.local_mean_attention(q, k[..., :3], v)
     with pytest.raises(ValueError, match="k and v must have the same length"):
         A.local_mean_attention(q, k, v[..., :5, :])
@@ -356,7 +426,9 @@ def test_bad_inputs_are_rejected_clearly():
     with pytest.raises(ValueError, match="divisible"):
         A.LocalMeanAttention(10, 3)
     with pytest.raises(ValueError, match="context"):
-        A.LocalTransformer(5, d_model=8, n_heads=2, context=4)(torch.zeros(1, 6, dtype=torch.long))
+        A.LocalTransformer(5, d_model=8, n_heads=2, context=4)(
+            torch.zeros(1, 6, dtype=torch.long)
+        )
     with pytest.raises(ValueError, match="idx must hold token ids"):
         A.LocalTransformer(5, d_model=8, n_heads=2, context=4)(torch.full((1, 3), 7))
     with pytest.raises(TypeError, match="text must be a str"):
@@ -383,23 +455,36 @@ def test_window_past_the_keys_gives_empty_rows(causal):
             out = A.local_mean_attention(q, k, v, temporal=tk, fused=fused)
         assert torch.equal(torch.isnan(out).all(-1), expected)
         ref = _explicit_local_mean(q, k, v, tk.log_matrix(9, 3))
-        torch.testing.assert_close(out[~expected], ref[~expected], atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(
+            out[~expected], ref[~expected], atol=1e-10, rtol=1e-10
+        )
 
 
 def test_temporal_as_dict_and_sparse_layer_gradients():
     q, k, v = _qkv()
-    torch.testing.assert_close(A.local_mean_attention(q, k, v, temporal={"window": 3, "decay": 0.2}, causal=True),
-                               A.local_mean_attention(q, k, v, temporal=A.TemporalKernel(True, 3, 0.2)))
+    torch.testing.assert_close(
+        A.local_mean_attention(
+            q, k, v, temporal={"window": 3, "decay": 0.2}, causal=True
+        ),
+        A.local_mean_attention(q, k, v, temporal=A.TemporalKernel(True, 3, 0.2)),
+    )
     pytest.importorskip("localbook.entmax")
     torch.manual_seed(0)
-    m = A.LocalTransformer(11, d_model=16, n_heads=2, n_layers=1, context=12, weights="sparsemax")
+    m = A.LocalTransformer(
+        11, d_model=16, n_heads=2, n_layers=1, context=12, weights="sparsemax"
+    )
     idx = torch.randint(0, 11, (2, 12))
     m(idx).sum().backward()
     assert m.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
     assert bool((m.attention_weights(idx)[0] == 0).any())
 
 
-@given(V=st.integers(2, 8), r=st.integers(1, 4), n=st.integers(2, 60), seed=st.integers(0, 10_000))
+@given(
+    V=st.integers(2, 8),
+    r=st.integers(1, 4),
+    n=st.integers(2, 60),
+    seed=st.integers(0, 10_000),
+)
 @settings(max_examples=40, deadline=None)
 def test_attention_over_a_token_memory_is_the_grouped_kernel_bigram(V, r, n, seed):
     """One-hot queries and keys through W_q, W_k, values the one-hot next tokens of a memory:
@@ -408,8 +493,12 @@ def test_attention_over_a_token_memory_is_the_grouped_kernel_bigram(V, r, n, see
     g = torch.Generator().manual_seed(seed)
     mem = torch.randint(0, V, (n,), generator=g)
     Wq, Wk = torch.randn(V, r, generator=g), torch.randn(V, r, generator=g)
-    out = A.local_mean_attention(Wq, Wk[mem[:-1]], torch.nn.functional.one_hot(mem[1:], V).double(),
-                                 scale=1 / math.sqrt(r))
+    out = A.local_mean_attention(
+        Wq,
+        Wk[mem[:-1]],
+        torch.nn.functional.one_hot(mem[1:], V).double(),
+        scale=1 / math.sqrt(r),
+    )
     K = torch.exp(Wq @ Wk.T / math.sqrt(r))
     C = A.bigram_counts(mem, V)
     grouped = (K @ C) / (K @ C.sum(1))[:, None]
@@ -425,50 +514,101 @@ def test_mismatched_dtypes_raise_like_sdpa(which):
     with pytest.raises(RuntimeError, match="same dtype"):  # what PyTorch does
         sdpa(args["q"], args["k"], args["v"])
     for kw in ({}, {"fused": False}, {"weights": "sparsemax"}):
-        with pytest.raises(TypeError, match=f"{which} has dtype torch.float32 but q has dtype torch.float64"):
+        with pytest.raises(
+            TypeError,
+            match=f"{which} has dtype torch.float32 but q has dtype torch.float64",
+        ):
             A.local_mean_attention(args["q"], args["k"], args["v"], **kw)
-    with pytest.raises(TypeError, match="k has dtype torch.float64 but q has dtype torch.float32"):
+    with pytest.raises(
+        TypeError, match="k has dtype torch.float64 but q has dtype torch.float32"
+    ):
         A.local_mean_attention(q.float(), k, v.float())
     # array-likes and integer tensors carry no float precision: they still follow q
-    out = A.local_mean_attention(q[0, 0], k[0, 0].tolist(), torch.ones(7, 2, dtype=torch.long))
+    out = A.local_mean_attention(
+        q[0, 0], k[0, 0].tolist(), torch.ones(7, 2, dtype=torch.long)
+    )
     assert out.dtype == q.dtype
 
 
 # --- α-entmax attention with a learnable α per head ------------------------------------------------------
 def _masked_scores(q, k):
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    return s.masked_fill(~torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril(), -math.inf)
+    return s.masked_fill(
+        ~torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril(), -math.inf
+    )
 
 
 @pytest.mark.parametrize("alpha", [1.05, 1.3, 1.5, 1.9, 2.0])
 def test_entmax_alpha_attention_is_entmax_bisect_of_the_scores(alpha):
     q, k, v = _qkv(shape_b=(2, 3), seed=1)
     ref = A.entmax_bisect(_masked_scores(q, k), alpha, n_iter=100)  # the float-α solver
-    per_head = torch.tensor([alpha, 1.5, 2.0])  # tensor α, one per head: the Newton forward
-    ref_h = torch.stack([A.entmax_bisect(_masked_scores(q, k)[:, h], float(a), n_iter=100)
-                         for h, a in enumerate(per_head)], 1)
+    per_head = torch.tensor(
+        [alpha, 1.5, 2.0]
+    )  # tensor α, one per head: the Newton forward
+    ref_h = torch.stack(
+        [
+            A.entmax_bisect(_masked_scores(q, k)[:, h], float(a), n_iter=100)
+            for h, a in enumerate(per_head)
+        ],
+        1,
+    )
     for a, r in ((alpha, ref), (torch.tensor(alpha), ref), (per_head, ref_h)):
         for fused in (True, False):
-            out, w = A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect", alpha=a,
-                                            return_weights=True, fused=fused)
+            out, w = A.local_mean_attention(
+                q,
+                k,
+                v,
+                causal=True,
+                weights="entmax_bisect",
+                alpha=a,
+                return_weights=True,
+                fused=fused,
+            )
             # both solve Σ p = 1 for τ to a few ulps; p = x^r magnifies that by ≤ r = 1/(α − 1)
             tol = 64 * torch.finfo(q.dtype).eps / (min(alpha, 1.5) - 1)
             torch.testing.assert_close(w, r, rtol=0, atol=tol)
-            torch.testing.assert_close(out, r @ v, rtol=0, atol=tol * float(v.abs().max()) * 7)
+            torch.testing.assert_close(
+                out, r @ v, rtol=0, atol=tol * float(v.abs().max()) * 7
+            )
     assert bool((w == 0).any())
 
 
 def test_entmax_alpha_two_is_sparsemax_attention():
     q, k, v = _qkv(seed=2)
-    sp_out, sp_w = A.local_mean_attention(q, k, v, causal=True, weights="sparsemax", return_weights=True)
-    out, w = A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect",
-                                    alpha=torch.full((3,), 2.0), return_weights=True)
+    sp_out, sp_w = A.local_mean_attention(
+        q, k, v, causal=True, weights="sparsemax", return_weights=True
+    )
+    out, w = A.local_mean_attention(
+        q,
+        k,
+        v,
+        causal=True,
+        weights="entmax_bisect",
+        alpha=torch.full((3,), 2.0),
+        return_weights=True,
+    )
     torch.testing.assert_close(w, sp_w, rtol=0, atol=1e-14)
     torch.testing.assert_close(out, sp_out, rtol=0, atol=1e-13)
     # α → 2: the weights approach sparsemax's, at first order in 2 − α
-    gaps = [float((A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect",
-                                          alpha=torch.full((3,), 2 - d), return_weights=True)[1]
-                   - sp_w).abs().max()) for d in (1e-2, 1e-3, 1e-4)]
+    gaps = [
+        float(
+            (
+                A.local_mean_attention(
+                    q,
+                    k,
+                    v,
+                    causal=True,
+                    weights="entmax_bisect",
+                    alpha=torch.full((3,), 2 - d),
+                    return_weights=True,
+                )[1]
+                - sp_w
+            )
+            .abs()
+            .max()
+        )
+        for d in (1e-2, 1e-3, 1e-4)
+    ]
     assert gaps[0] > 0 and all(5 * b <= a for a, b in zip(gaps, gaps[1:]))
     # the layer: a per-head α at its upper end (2) is the sparsemax layer
     torch.manual_seed(0)
@@ -488,7 +628,9 @@ def test_alpha_gradient_by_finite_differences():
     alpha = torch.tensor([1.3, 1.8], requires_grad=True)
 
     def f(q_, a_):
-        return A.local_mean_attention(q_, k, v, causal=True, weights="entmax_bisect", alpha=a_)
+        return A.local_mean_attention(
+            q_, k, v, causal=True, weights="entmax_bisect", alpha=a_
+        )
 
     assert torch.autograd.gradcheck(f, (q, alpha), eps=1e-6, atol=1e-7)
     # the layer's parameter: d(loss)/d alpha_logit by central differences
@@ -505,17 +647,31 @@ def test_alpha_gradient_by_finite_differences():
                 layer.alpha_logit[h] += e
                 vals.append(float(layer(x).square().sum()))
                 layer.alpha_logit[h] -= e
-        torch.testing.assert_close(torch.tensor((vals[0] - vals[1]) / 2e-6), g[h], rtol=1e-5, atol=1e-8)
+        torch.testing.assert_close(
+            torch.tensor((vals[0] - vals[1]) / 2e-6), g[h], rtol=1e-5, atol=1e-8
+        )
 
 
 def test_learned_alpha_stays_in_one_to_two_and_trains():
     torch.manual_seed(0)
-    m = A.LocalTransformer(11, d_model=16, n_heads=2, n_layers=2, context=12, weights="entmax_bisect").float()
+    m = A.LocalTransformer(
+        11, d_model=16, n_heads=2, n_layers=2, context=12, weights="entmax_bisect"
+    ).float()
     assert m.alphas().shape == (2, 2) and bool((m.alphas() == 1.5).all())
     tokens = torch.arange(300) % 11
     seen = []
-    h = A.train_language_model(m, tokens, n_steps=40, batch_size=8, context=12, lr=1e-2, seed=1,
-                               progress=False, log_every=5, callback=lambda s, mod: seen.append(mod.alphas()))
+    h = A.train_language_model(
+        m,
+        tokens,
+        n_steps=40,
+        batch_size=8,
+        context=12,
+        lr=1e-2,
+        seed=1,
+        progress=False,
+        log_every=5,
+        callback=lambda s, mod: seen.append(mod.alphas()),
+    )
     assert h.train_loss[-1] < 0.5 * h.train_loss[0]
     traj = torch.stack(seen)
     assert traj.shape == (len(h.steps), 2, 2) and bool((traj != 1.5).any())  # α moved
@@ -530,7 +686,10 @@ def test_learned_alpha_stays_in_one_to_two_and_trains():
     assert bool((layer.alpha > 1).all())
     assert layer(torch.randn(3, 4, dtype=torch.float32)).shape == (3, 4)
     per_tok = A.evaluate_loss(m, tokens, context=12, reduction="none")
-    assert per_tok.shape == (24, 12) and abs(float(per_tok.mean()) - A.evaluate_loss(m, tokens, context=12)) < 1e-12
+    assert (
+        per_tok.shape == (24, 12)
+        and abs(float(per_tok.mean()) - A.evaluate_loss(m, tokens, context=12)) < 1e-12
+    )
     assert A.LocalTransformer(11, d_model=8, n_heads=2, context=4).alphas() is None
 
 
@@ -544,20 +703,34 @@ def test_entmax_alpha_attention_bad_inputs():
         with pytest.raises(ValueError, match="alpha must be"):
             A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha=bad)
     with pytest.raises(ValueError, match="must broadcast to the batch shape"):
-        A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha=torch.full((4,), 1.5))
+        A.local_mean_attention(
+            q, k, v, weights="entmax_bisect", alpha=torch.full((4,), 1.5)
+        )
     with pytest.raises(TypeError, match="floating tensor"):
-        A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha=torch.tensor([2, 2, 2]))
+        A.local_mean_attention(
+            q, k, v, weights="entmax_bisect", alpha=torch.tensor([2, 2, 2])
+        )
     with pytest.raises(TypeError, match="alpha"):
         A.local_mean_attention(q, k, v, weights="entmax_bisect", alpha="1.5")
     with pytest.raises(ValueError, match=r"in \(1, 2\)"):
         A.LocalMeanAttention(8, 2, weights="entmax_bisect", alpha=2.5)
     from localbook.entmax_alpha import entmax_alpha_newton
+
     with pytest.raises(ValueError, match=r"in \(1, 2\]"):
         entmax_alpha_newton(torch.zeros(3, 4), torch.tensor([[3.0]]))
     # α > 2 as a tensor: the bisection solver, still entmax_bisect of the scores
-    _, w = A.local_mean_attention(q, k, v, causal=True, weights="entmax_bisect",
-                                  alpha=torch.tensor([2.5, 3.0, 1.5]), return_weights=True)
-    ref = A.entmax_bisect(_masked_scores(q, k), torch.tensor([2.5, 3.0, 1.5])[:, None, None])
+    _, w = A.local_mean_attention(
+        q,
+        k,
+        v,
+        causal=True,
+        weights="entmax_bisect",
+        alpha=torch.tensor([2.5, 3.0, 1.5]),
+        return_weights=True,
+    )
+    ref = A.entmax_bisect(
+        _masked_scores(q, k), torch.tensor([2.5, 3.0, 1.5])[:, None, None]
+    )
     torch.testing.assert_close(w, ref, rtol=0, atol=1e-12)
 
 

@@ -1,5 +1,6 @@
 """Self-checks (localbook.check): a right answer passes, typical wrong answers fail with a
 specific hint, a stub says "not implemented yet", and strict mode (book build / CI) raises."""
+
 import pytest
 import torch
 
@@ -62,8 +63,18 @@ def loo_in_sample(x, y, h):
 
 def loo_refit(x, y, h):
     n = len(x)
-    return torch.stack([y[i] - lb.nadaraya_watson(x[i : i + 1], torch.cat([x[:i], x[i + 1 :]]),
-                                                  torch.cat([y[:i], y[i + 1 :]]), h)[0] for i in range(n)])
+    return torch.stack(
+        [
+            y[i]
+            - lb.nadaraya_watson(
+                x[i : i + 1],
+                torch.cat([x[:i], x[i + 1 :]]),
+                torch.cat([y[:i], y[i + 1 :]]),
+                h,
+            )[0]
+            for i in range(n)
+        ]
+    )
 
 
 def loo_column(x, y, h):
@@ -118,7 +129,9 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("check,answer", RIGHT, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(
+    "check,answer", RIGHT, ids=lambda v: getattr(v, "__name__", "")
+)
 def test_right_answer_passes(check, answer, capsys):
     assert check(answer) is True
     out = capsys.readouterr().out
@@ -126,12 +139,18 @@ def test_right_answer_passes(check, answer, capsys):
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("check,answer", RIGHT[:4], ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(
+    "check,answer", RIGHT[:4], ids=lambda v: getattr(v, "__name__", "")
+)
 def test_right_answer_passes_other_seeds(check, answer, seed, capsys):
     assert check(answer, seed=seed) is True
 
 
-@pytest.mark.parametrize("check,answer,hint", WRONG, ids=lambda v: getattr(v, "__name__", "") if callable(v) else "")
+@pytest.mark.parametrize(
+    "check,answer,hint",
+    WRONG,
+    ids=lambda v: getattr(v, "__name__", "") if callable(v) else "",
+)
 def test_wrong_answer_fails_with_specific_hint(check, answer, hint, capsys):
     assert check(answer) is False
     out = capsys.readouterr().out
@@ -146,7 +165,9 @@ def test_stub_says_not_implemented(check, capsys):
     assert "not implemented yet" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("check,answer", RIGHT[:4], ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(
+    "check,answer", RIGHT[:4], ids=lambda v: getattr(v, "__name__", "")
+)
 def test_crash_is_reported_not_raised(check, answer, capsys):
     def crashes(*args):
         raise ZeroDivisionError("boom")
@@ -182,12 +203,20 @@ def test_strict_mode_follows_static_when_unset(monkeypatch):
 
 def test_cases_vary_between_calls_and_repeat_with_a_seed():
     seen = []
-    lb.check.ch01.knn_bandwidth(lambda x_star, x, k: seen.append(float(x.sum())) or knn_right(x_star, x, k))
-    lb.check.ch01.knn_bandwidth(lambda x_star, x, k: seen.append(float(x.sum())) or knn_right(x_star, x, k))
+    lb.check.ch01.knn_bandwidth(
+        lambda x_star, x, k: seen.append(float(x.sum())) or knn_right(x_star, x, k)
+    )
+    lb.check.ch01.knn_bandwidth(
+        lambda x_star, x, k: seen.append(float(x.sum())) or knn_right(x_star, x, k)
+    )
     assert seen[0] != seen[6]  # a fresh case each call
     a, b = [], []
-    lb.check.ch01.knn_bandwidth(lambda x_star, x, k: a.append(float(x.sum())) or knn_right(x_star, x, k), seed=5)
-    lb.check.ch01.knn_bandwidth(lambda x_star, x, k: b.append(float(x.sum())) or knn_right(x_star, x, k), seed=5)
+    lb.check.ch01.knn_bandwidth(
+        lambda x_star, x, k: a.append(float(x.sum())) or knn_right(x_star, x, k), seed=5
+    )
+    lb.check.ch01.knn_bandwidth(
+        lambda x_star, x, k: b.append(float(x.sum())) or knn_right(x_star, x, k), seed=5
+    )
     assert a == b
 
 
@@ -199,13 +228,19 @@ def test_student_cannot_corrupt_the_reference():
 
     state = torch.random.get_rng_state()
     assert lb.check.ch01.local_constant_fit(mutates) is False
-    assert torch.equal(state, torch.random.get_rng_state())  # the global RNG is left alone
+    assert torch.equal(
+        state, torch.random.get_rng_state()
+    )  # the global RNG is left alone
 
 
 def test_counting_wrapper_restores_library_functions():
     before = (lb.nadaraya_watson, lb.local_mean.nadaraya_watson, lb.local_linear)
     lb.check.ch02.loo_shortcut(loo_refit)
-    assert (lb.nadaraya_watson, lb.local_mean.nadaraya_watson, lb.local_linear) == before
+    assert (
+        lb.nadaraya_watson,
+        lb.local_mean.nadaraya_watson,
+        lb.local_linear,
+    ) == before
 
 
 def test_never_prints_solution_code(capsys):
@@ -214,7 +249,11 @@ def test_never_prints_solution_code(capsys):
     for check, answer, _ in WRONG:
         check(answer)
     out = capsys.readouterr().out
-    for src in (inspect.getsource(loo_right), inspect.getsource(ek_right), inspect.getsource(fit_right)):
+    for src in (
+        inspect.getsource(loo_right),
+        inspect.getsource(ek_right),
+        inspect.getsource(fit_right),
+    ):
         for line in src.splitlines()[1:]:
             assert line.strip() not in out
     assert "def " not in out and "torch." not in out
@@ -243,13 +282,37 @@ def sparsemax_right(z):
     "check, answer, hint",
     [
         (lambda f: lb.check.ch03.mean_shift_step(f), step_right, None),
-        (lambda f: lb.check.ch03.mean_shift_step(f), step_naive, "subtract the largest exponent"),
-        (lambda f: lb.check.ch03.mean_shift_step(f), lambda q, x, h: step_right(q, x, h) - q, "you returned the shift"),
-        (lambda f: lb.check.ch03.mean_shift_step(f), lambda q, x, h: (step_right(q, x, h) - q) / h**2, "the score"),
+        (
+            lambda f: lb.check.ch03.mean_shift_step(f),
+            step_naive,
+            "subtract the largest exponent",
+        ),
+        (
+            lambda f: lb.check.ch03.mean_shift_step(f),
+            lambda q, x, h: step_right(q, x, h) - q,
+            "you returned the shift",
+        ),
+        (
+            lambda f: lb.check.ch03.mean_shift_step(f),
+            lambda q, x, h: (step_right(q, x, h) - q) / h**2,
+            "the score",
+        ),
         (lambda f: lb.check.ch06.sparsemax(f), sparsemax_right, None),
-        (lambda f: lb.check.ch06.sparsemax(f), lambda z: torch.softmax(z, 0), "this is softmax"),
-        (lambda f: lb.check.ch06.sparsemax(f), lambda z: z - z.mean() + 1 / len(z), "clip at zero"),
-        (lambda f: lb.check.ch06.sparsemax(f), lambda z: torch.clamp(z - z.max() + 1, min=0), "sum to one"),
+        (
+            lambda f: lb.check.ch06.sparsemax(f),
+            lambda z: torch.softmax(z, 0),
+            "this is softmax",
+        ),
+        (
+            lambda f: lb.check.ch06.sparsemax(f),
+            lambda z: z - z.mean() + 1 / len(z),
+            "clip at zero",
+        ),
+        (
+            lambda f: lb.check.ch06.sparsemax(f),
+            lambda z: torch.clamp(z - z.max() + 1, min=0),
+            "sum to one",
+        ),
     ],
 )
 def test_chapter_3_and_6_checks(check, answer, hint, capsys):

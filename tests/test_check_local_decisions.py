@@ -1,5 +1,6 @@
 """Self-check of the chapter "Local decisions beyond the mean" (localbook.check.ch02b): a right
 answer passes, typical wrong answers fail with a specific hint, strict mode raises."""
+
 import pytest
 import torch
 
@@ -48,12 +49,15 @@ def test_right_answer_passes(capsys):
     assert "✓ local_quantile_1d" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn, hint", [
-    (lq_mean, "local mean"),
-    (lq_unweighted, "weight each y_i"),
-    (lq_flipped, "(1 − q)-quantile"),
-    (lq_tensor, "scalar was expected"),
-])
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (lq_mean, "local mean"),
+        (lq_unweighted, "weight each y_i"),
+        (lq_flipped, "(1 − q)-quantile"),
+        (lq_tensor, "scalar was expected"),
+    ],
+)
 def test_typical_slips_fail_with_a_hint(fn, hint, capsys):
     assert lb.check.ch02b.local_quantile_1d(fn) is False
     out = capsys.readouterr().out

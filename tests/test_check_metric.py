@@ -1,4 +1,5 @@
 """Self-checks of the chapter "Learning the kernel": right answers pass, slips fail with a hint."""
+
 import math
 
 import pytest
@@ -47,10 +48,14 @@ def test_right_answers_pass(capsys):
     assert check_metric.loo_loss(loss_right)
     assert check_metric.abramson(ab_right)
     assert "✓" in capsys.readouterr().out
-    assert check_metric.loo_loss(lb.mlkr_loss)  # the library's own answer (a 0-d tensor)
+    assert check_metric.loo_loss(
+        lb.mlkr_loss
+    )  # the library's own answer (a 0-d tensor)
 
 
-@pytest.mark.parametrize("fn,hint", [(loss_self, "weight 0"), (loss_mean, "sum the squared")])
+@pytest.mark.parametrize(
+    "fn,hint", [(loss_self, "weight 0"), (loss_mean, "sum the squared")]
+)
 def test_loss_slips_get_hints(fn, hint, capsys):
     assert not check_metric.loo_loss(fn)
     assert hint in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """Self-checks of the chapters on denoising, attention, memorization, embeddings and imputation
 (localbook.check.ch04, ch05, ch08, ch09, ch10): a right answer passes, typical wrong answers fail
 with a specific hint, a stub says "not implemented yet", and strict mode raises."""
+
 import numpy as np
 import pytest
 import torch
@@ -112,7 +113,7 @@ def lle_gram_dxd(G, reg):
 
 # --- ch10: KNNImputer by hand ----------------------------------------------------------------
 def _knn(X, i, k, donors_only=True):
-    D = nan_euclidean_distances(X[i:i + 1], X)[0]
+    D = nan_euclidean_distances(X[i : i + 1], X)[0]
     D[i] = np.inf
     out = X[i].copy()
     for p in np.flatnonzero(np.isnan(X[i])):
@@ -176,15 +177,21 @@ SLIPS = [
 ]
 
 
-@pytest.mark.parametrize("name, fn", [(n, f) for n, (_, fs) in CHECKS.items() for f in fs],
-                         ids=lambda v: v if isinstance(v, str) else v.__name__)
+@pytest.mark.parametrize(
+    "name, fn",
+    [(n, f) for n, (_, fs) in CHECKS.items() for f in fs],
+    ids=lambda v: v if isinstance(v, str) else v.__name__,
+)
 def test_right_answer_passes(name, fn, capsys):
     assert CHECKS[name][0](fn) is True
     assert f"✓ {name}" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name, fn, hint", SLIPS,
-                         ids=[f"{n}-{getattr(f, '__name__', 'lambda')}" for n, f, _ in SLIPS])
+@pytest.mark.parametrize(
+    "name, fn, hint",
+    SLIPS,
+    ids=[f"{n}-{getattr(f, '__name__', 'lambda')}" for n, f, _ in SLIPS],
+)
 def test_typical_slips_fail_with_a_hint(name, fn, hint, capsys):
     assert CHECKS[name][0](fn) is False
     out = capsys.readouterr().out

@@ -7,6 +7,7 @@ so nothing is downloaded and localbook's editable install and metadata are left 
 cell must take its "not installed" branch and pip-install the wheel named by ``LOCALBOOK_SOURCE``
 (the same code path Colab takes with the git URL); then the whole notebook must finish.
 """
+
 import os
 import shutil
 import subprocess
@@ -41,10 +42,22 @@ print("POST:", localbook.__file__, sys.prefix)"""
 def _make_env(tmp: Path) -> Path:
     venv = tmp / "colab-venv"
     # no pip of its own: the linked project pip (and its setuptools, which torch requires) is used
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True
+    )
     py = venv / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [
+                str(py),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     # the project's packages, minus localbook and every .pth file, as a directory of links
     shared = tmp / "preinstalled"
     shared.mkdir()
@@ -58,7 +71,9 @@ def _make_env(tmp: Path) -> Path:
     # a stub google.colab (namespace package `google`, as on Colab)
     colab = site / "google" / "colab"
     colab.mkdir(parents=True)
-    (colab / "__init__.py").write_text('"""Stub of Colab\'s module for tests."""\nIN_COLAB = True\n')
+    (colab / "__init__.py").write_text(
+        '"""Stub of Colab\'s module for tests."""\nIN_COLAB = True\n'
+    )
     (colab / "output.py").write_text("def enable_custom_widget_manager():\n    pass\n")
     return venv
 
@@ -68,10 +83,28 @@ def _build_wheel(tmp: Path) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "localbook", src / "localbook", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "localbook",
+        src / "localbook",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     dist = tmp / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
     [wheel] = dist.glob("localbook-*.whl")
     return wheel
 
@@ -81,14 +114,30 @@ def _kernelspec(tmp: Path, venv: Path) -> Path:
     kdir.mkdir(parents=True)
     import json
 
-    (kdir / "kernel.json").write_text(json.dumps({
-        "argv": [str(venv / "bin" / "python"), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Colab-like", "language": "python"}))
+    (kdir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [
+                    str(venv / "bin" / "python"),
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                ],
+                "display_name": "Colab-like",
+                "language": "python",
+            }
+        )
+    )
     return tmp / "jupyter"
 
 
 def test_chapter_runs_the_colab_way(tmp_path, monkeypatch):
-    chapter = CHAPTER if CHAPTER.exists() else next(iter(sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))), None)
+    chapter = (
+        CHAPTER
+        if CHAPTER.exists()
+        else next(iter(sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))), None)
+    )
     if chapter is None:
         pytest.skip("no chapter in book/ yet")
     from nbclient import NotebookClient
@@ -99,34 +148,78 @@ def test_chapter_runs_the_colab_way(tmp_path, monkeypatch):
 
     nb = nbformat.read(chapter, as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "code")
-    assert 'os.environ.get("LOCALBOOK_SOURCE"' in first.source and "find_spec(\"localbook\") is None" in first.source
+    assert (
+        'os.environ.get("LOCALBOOK_SOURCE"' in first.source
+        and 'find_spec("localbook") is None' in first.source
+    )
     nb.cells.insert(nb.cells.index(first), nbformat.v4.new_code_cell(PRE_CELL))
     nb.cells.append(nbformat.v4.new_code_cell(POST_CELL))
     for c in nb.cells:
         c.pop("id", None)
-    workdir = tmp_path / "content"  # Colab's cwd: the notebook alone, no repository around it
+    workdir = (
+        tmp_path / "content"
+    )  # Colab's cwd: the notebook alone, no repository around it
     workdir.mkdir()
 
-    for var in ("LOCALBOOK_STATIC", "LOCALBOOK_CHECK_STRICT", "MPLBACKEND", "PYTHONPATH", "VIRTUAL_ENV", "JUPYTER_PATH"):
+    for var in (
+        "LOCALBOOK_STATIC",
+        "LOCALBOOK_CHECK_STRICT",
+        "MPLBACKEND",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "JUPYTER_PATH",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("LOCALBOOK_SOURCE", str(wheel))
-    monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: every dependency must already be there
+    monkeypatch.setenv(
+        "PIP_NO_INDEX", "1"
+    )  # offline: every dependency must already be there
     monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     monkeypatch.setenv("JUPYTER_PATH", str(jupyter_path))
     monkeypatch.setenv("PATH", f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    NotebookClient(nb, timeout=300, kernel_name="colabtest", allow_errors=False,
-                   resources={"metadata": {"path": str(workdir)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="colabtest",
+        allow_errors=False,
+        resources={"metadata": {"path": str(workdir)}},
+    ).execute()
 
-    out = ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
-           for c in nb.cells if c.cell_type == "code"]
+    out = [
+        "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+        for c in nb.cells
+        if c.cell_type == "code"
+    ]
     assert "PRE: localbook missing" in out[0]
     post = out[-1]
-    assert "POST:" in post and str(venv) in post, post  # imported from the fresh venv's wheel install
-    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    assert list(site.glob("localbook-*.dist-info")), "the install cell did not install the wheel"
+    assert "POST:" in post and str(venv) in post, (
+        post
+    )  # imported from the fresh venv's wheel install
+    site = Path(
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    assert list(site.glob("localbook-*.dist-info")), (
+        "the install cell did not install the wheel"
+    )
     if any("interactive_figure" in c.source for c in nb.cells if c.cell_type == "code"):
         # no LOCALBOOK_STATIC here, as on Colab: the widgets themselves are shown, not the static stand-in
-        mimes = {m for c in nb.cells if c.cell_type == "code" for o in c.outputs for m in o.get("data", {})}
-        assert "application/vnd.jupyter.widget-view+json" in mimes, "interactive figures did not show widgets"
+        mimes = {
+            m
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.outputs
+            for m in o.get("data", {})
+        }
+        assert "application/vnd.jupyter.widget-view+json" in mimes, (
+            "interactive figures did not show widgets"
+        )
     assert not list(site.glob("__editable__*"))

@@ -5,6 +5,7 @@ test_impute: the missing-value masks); here: that every old import path still gi
 object, that the masks are what they claim to be, that the shared argument checks of
 ``_validate`` say what is wrong, and that ``import localbook`` loads no scikit-learn.
 """
+
 import subprocess
 import sys
 
@@ -48,15 +49,25 @@ def test_lazy_names_match_each_modules_all():
 
 
 def test_import_loads_no_scikit_learn():
-    code = ("import sys, localbook as lb; lb.datasets.block_mask(2, (4, 4), 2); "
-            "lb.missing_at_random_mask((3, 3), 0.5); lb.make_multiview_subspaces(n_per_class=2); "
-            "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    code = (
+        "import sys, localbook as lb; lb.datasets.block_mask(2, (4, 4), 2); "
+        "lb.missing_at_random_mask((3, 3), 0.5); lb.make_multiview_subspaces(n_per_class=2); "
+        "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 9), st.integers(0, 10_000), st.data())
+@given(
+    st.integers(1, 6),
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.integers(0, 10_000),
+    st.data(),
+)
 def test_block_mask_is_one_square_per_image(n, H, W, seed, data):
     block = data.draw(st.integers(1, min(H, W)))
     m = datasets.block_mask(n, (H, W), block, seed=seed)
@@ -72,7 +83,9 @@ def test_missing_at_random_mask_rates_and_errors():
     m = datasets.missing_at_random_mask((200, 100), 0.25, seed=3)
     # 20,000 Bernoulli(0.25) draws: standard error sqrt(0.25·0.75/20000) ≈ 0.0031; 5 of them
     assert abs(m.mean() - 0.25) < 5 * np.sqrt(0.25 * 0.75 / m.size)
-    np.testing.assert_array_equal(m, datasets.missing_at_random_mask((200, 100), 0.25, seed=3))
+    np.testing.assert_array_equal(
+        m, datasets.missing_at_random_mask((200, 100), 0.25, seed=3)
+    )
     with pytest.raises(ValueError, match=r"rate must be in \[0, 1\)"):
         datasets.missing_at_random_mask((2, 2), 1.0)
     with pytest.raises(ValueError, match="rate"):
@@ -82,8 +95,10 @@ def test_missing_at_random_mask_rates_and_errors():
 def test_holdout_mask_takes_tensors_like_arrays():
     X = np.random.default_rng(0).random((30, 12))
     X[datasets.missing_at_random_mask(X.shape, 0.3, seed=1)] = np.nan
-    np.testing.assert_array_equal(datasets.holdout_mask(X, 0.2, seed=4),
-                                  datasets.holdout_mask(torch.as_tensor(X), 0.2, seed=4))
+    np.testing.assert_array_equal(
+        datasets.holdout_mask(X, 0.2, seed=4),
+        datasets.holdout_mask(torch.as_tensor(X), 0.2, seed=4),
+    )
     with pytest.raises(ValueError, match="2-D"):
         datasets.holdout_mask(X[0], 0.2)
 
@@ -97,8 +112,15 @@ def test_view_dims_checks():
 
 @pytest.mark.parametrize(
     "kwargs, value, ok",
-    [({}, 0.5, True), ({}, 0.0, False), ({}, 1.0, False), ({"allow_zero": True}, 0.0, True),
-     ({"allow_one": True}, 1.0, True), ({"allow_one": True}, 1.5, False), ({}, float("nan"), False)],
+    [
+        ({}, 0.5, True),
+        ({}, 0.0, False),
+        ({}, 1.0, False),
+        ({"allow_zero": True}, 0.0, True),
+        ({"allow_one": True}, 1.0, True),
+        ({"allow_one": True}, 1.5, False),
+        ({}, float("nan"), False),
+    ],
 )
 def test_check_fraction(kwargs, value, ok):
     if ok:

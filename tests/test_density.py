@@ -1,5 +1,6 @@
 """Tests for localbook.density: KDE vs scikit-learn, the closed-form score and Hessian vs autograd,
 mean shift vs scikit-learn's MeanShift, properties of the mode seekers, and bad inputs."""
+
 import math
 import warnings
 
@@ -16,8 +17,13 @@ from sklearn.neighbors import KernelDensity
 import localbook as lb
 from localbook.density import _kde_kernel
 
-SK_NAMES = {"gaussian": "gaussian", "epanechnikov": "epanechnikov", "uniform": "tophat", "linear": "linear",
-            "laplacian": "exponential"}
+SK_NAMES = {
+    "gaussian": "gaussian",
+    "epanechnikov": "epanechnikov",
+    "uniform": "tophat",
+    "linear": "linear",
+    "laplacian": "exponential",
+}
 
 
 def _cdist(a, b):
@@ -25,8 +31,13 @@ def _cdist(a, b):
 
 
 def _blobs(n=300, seed=0, std=0.5):
-    x, y, _ = lb.datasets.make_blobs(n, centers=torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]]), std=std,
-                                     seed=seed, dtype=torch.float64)
+    x, y, _ = lb.datasets.make_blobs(
+        n,
+        centers=torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]]),
+        std=std,
+        seed=seed,
+        dtype=torch.float64,
+    )
     return x, y
 
 
@@ -36,23 +47,48 @@ def test_kde_matches_sklearn(kernel, d):
     g = torch.Generator().manual_seed(d)
     x = torch.randn(150, d, generator=g, dtype=torch.float64)
     q = 1.3 * torch.randn(40, d, generator=g, dtype=torch.float64)
-    ref = KernelDensity(bandwidth=0.8, kernel=SK_NAMES[kernel], rtol=0, atol=0).fit(x.numpy()).score_samples(q.numpy())
+    ref = (
+        KernelDensity(bandwidth=0.8, kernel=SK_NAMES[kernel], rtol=0, atol=0)
+        .fit(x.numpy())
+        .score_samples(q.numpy())
+    )
     ours = lb.kde(q, x, 0.8, kernel=kernel, log=True).numpy()
     # scikit-learn reports an empty compact neighbourhood as a tiny positive density (log ≈ -36), we give -inf
     empty = np.isneginf(ours)
     assert np.all(ref[empty] < -30)
     np.testing.assert_allclose(ours[~empty], ref[~empty], rtol=1e-8, atol=0)
-    np.testing.assert_allclose(lb.kde(q, x, 0.8, kernel=kernel).numpy(), np.exp(ours), rtol=1e-12)
+    np.testing.assert_allclose(
+        lb.kde(q, x, 0.8, kernel=kernel).numpy(), np.exp(ours), rtol=1e-12
+    )
 
 
-@pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "epanechnikov", "biweight", "tricube", "uniform", "linear"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        "gaussian",
+        "laplacian",
+        "epanechnikov",
+        "biweight",
+        "tricube",
+        "uniform",
+        "linear",
+    ],
+)
 @pytest.mark.parametrize("d", [1, 2, 4])
 def test_normalizing_constant_by_quadrature(kernel, d):
     kern = _kde_kernel(kernel)
     sphere = 2 * math.pi ** (d / 2) / math.gamma(d / 2)
-    radial = quad(lambda r: float(kern(torch.tensor(r * r, dtype=torch.float64))) * r ** (d - 1), 0,
-                  1.0 if kern.compact else 80.0, limit=200, epsabs=0, epsrel=1e-12)[0]
-    assert math.log(sphere * radial) == pytest.approx(lb.log_kernel_constant(kernel, d), abs=1e-9)
+    radial = quad(
+        lambda r: float(kern(torch.tensor(r * r, dtype=torch.float64))) * r ** (d - 1),
+        0,
+        1.0 if kern.compact else 80.0,
+        limit=200,
+        epsabs=0,
+        epsrel=1e-12,
+    )[0]
+    assert math.log(sphere * radial) == pytest.approx(
+        lb.log_kernel_constant(kernel, d), abs=1e-9
+    )
 
 
 def test_kde_integrates_to_one_2d_vector_bandwidth():
@@ -76,9 +112,16 @@ def test_kde_score_and_hessian_vs_autograd(device):
     x = x.to(device)
     h = torch.tensor([0.7, 1.1], dtype=torch.float64, device=device)
     q = torch.randn(6, 2, dtype=torch.float64, device=device) * 2
-    def brute_log_kde(z):  # written out term by term: an independent, differentiable reference
+
+    def brute_log_kde(
+        z,
+    ):  # written out term by term: an independent, differentiable reference
         u2 = (((z[:, None, :] - x[None, :, :]) / h) ** 2).sum(2)
-        return torch.logsumexp(-0.5 * u2, 1) - math.log(len(x)) - torch.log(2 * math.pi * h**2).sum() / 2
+        return (
+            torch.logsumexp(-0.5 * u2, 1)
+            - math.log(len(x))
+            - torch.log(2 * math.pi * h**2).sum() / 2
+        )
 
     torch.testing.assert_close(lb.kde(q, x, h, log=True), brute_log_kde(q))
     qq = q.clone().requires_grad_(True)
@@ -86,8 +129,12 @@ def test_kde_score_and_hessian_vs_autograd(device):
     score = lb.kde_score(q, x, h)
     assert score.device.type == device.type and score.shape == (6, 2)
     torch.testing.assert_close(score, grad, rtol=1e-9, atol=1e-11)
-    hess = torch.stack([torch.autograd.functional.hessian(lambda z: brute_log_kde(z[None])[0], q[i])
-                        for i in range(q.shape[0])])
+    hess = torch.stack(
+        [
+            torch.autograd.functional.hessian(lambda z: brute_log_kde(z[None])[0], q[i])
+            for i in range(q.shape[0])
+        ]
+    )
     torch.testing.assert_close(lb.kde_log_hessian(q, x, h), hess, rtol=1e-8, atol=1e-10)
 
 
@@ -105,7 +152,9 @@ def test_mean_shift_uniform_reproduces_sklearn(bin_seeding, bandwidth):
     sk = MeanShift(bandwidth=bandwidth, bin_seeding=bin_seeding).fit(x.numpy())
     res = lb.mean_shift(x, bandwidth, kernel="uniform", bin_seeding=bin_seeding)
     assert res.modes.shape == sk.cluster_centers_.shape
-    np.testing.assert_allclose(res.modes.numpy(), sk.cluster_centers_, atol=1e-3 * bandwidth, rtol=0)
+    np.testing.assert_allclose(
+        res.modes.numpy(), sk.cluster_centers_, atol=1e-3 * bandwidth, rtol=0
+    )
     assert adjusted_rand_score(sk.labels_, res.labels.numpy()) == 1.0
     assert np.array_equal(res.labels.numpy(), sk.labels_)
     assert res.n_iter == sk.n_iter_
@@ -138,15 +187,23 @@ def test_mean_shift_path_and_frozen_seeds(device):
 def test_mean_shift_density_never_decreases():
     """Gaussian mean shift ascends the Gaussian KDE; flat-kernel mean shift ascends the Epanechnikov KDE."""
     x, _ = _blobs(200, std=0.8)
-    for kernel, shadow in [("gaussian", "gaussian"), ("uniform", "epanechnikov"), ("epanechnikov", "biweight")]:
+    for kernel, shadow in [
+        ("gaussian", "gaussian"),
+        ("uniform", "epanechnikov"),
+        ("epanechnikov", "biweight"),
+    ]:
         path = lb.mean_shift(x, 1.3, kernel=kernel, seeds=x[::7], return_path=True).path
-        dens = lb.kde(path.reshape(-1, 2), x, 1.3, kernel=shadow).reshape(path.shape[:2])
+        dens = lb.kde(path.reshape(-1, 2), x, 1.3, kernel=shadow).reshape(
+            path.shape[:2]
+        )
         assert bool((dens[1:] >= dens[:-1] * (1 - 1e-12)).all()), kernel
 
 
 def test_mean_shift_empty_seed_dropped_and_all_empty_raises():
     x, _ = _blobs(90)
-    res = lb.mean_shift(x, 1.0, kernel="uniform", seeds=torch.cat([x[:3], torch.tensor([[50.0, 50.0]])]))
+    res = lb.mean_shift(
+        x, 1.0, kernel="uniform", seeds=torch.cat([x[:3], torch.tensor([[50.0, 50.0]])])
+    )
     assert bool((res.modes.abs() < 20).all())
     with pytest.raises(ValueError, match="bandwidth"):
         lb.mean_shift(x, 1.0, kernel="uniform", seeds=[[50.0, 50.0]])
@@ -170,7 +227,9 @@ def test_mean_shift_properties(seed, n, h):
     res_p = lb.mean_shift(x[perm], h, tol=1e-7, max_iter=2000)
     assert res_p.modes.shape == res.modes.shape
     assert float(_cdist(res_p.modes, res.modes).min(1).values.max()) <= 1e-4 * h
-    assert adjusted_rand_score(res.labels[perm].numpy(), res_p.labels.numpy()) == pytest.approx(1.0)
+    assert adjusted_rand_score(
+        res.labels[perm].numpy(), res_p.labels.numpy()
+    ) == pytest.approx(1.0)
 
 
 @settings(max_examples=25, deadline=None)
@@ -213,27 +272,40 @@ def test_blurring_mean_shift_collapses():
     final = res.path[-1]
     spread = torch.stack([final[y == k].std(0).sum() for k in range(3)]).max()
     assert float(spread) < 1e-3 * float(spread0)
-    assert res.modes.shape == (3, 2) and adjusted_rand_score(y.numpy(), res.labels.numpy()) == 1.0
+    assert (
+        res.modes.shape == (3, 2)
+        and adjusted_rand_score(y.numpy(), res.labels.numpy()) == 1.0
+    )
 
 
 def _hull_gap(a, b):
     """Distance between the convex hulls of two planar point sets with disjoint hulls (closest
     pair: a vertex against an edge; every segment between two points of a set lies in its hull)."""
+
     def to_segments(p, s):
         s0, ds = s[:, None, :], s[None, :, :] - s[:, None, :]
-        t = ((p[:, None, None, :] - s0) * ds).sum(-1) / (ds ** 2).sum(-1).clamp(min=1e-300)
+        t = ((p[:, None, None, :] - s0) * ds).sum(-1) / (ds**2).sum(-1).clamp(
+            min=1e-300
+        )
         foot = s0 + t.clamp(0, 1)[..., None] * ds
         return float(torch.linalg.vector_norm(p[:, None, None, :] - foot, dim=-1).min())
+
     return min(to_segments(a, b), to_segments(b, a))
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), shift=st.floats(1.05, 3.0), kernel=st.sampled_from(["uniform", "epanechnikov", "biweight"]))
+@given(
+    seed=st.integers(0, 10_000),
+    shift=st.floats(1.05, 3.0),
+    kernel=st.sampled_from(["uniform", "epanechnikov", "biweight"]),
+)
 def test_blurring_compact_kernel_hulls_never_approach(seed, shift, kernel):
     # two groups whose hulls are more than a bandwidth apart: the gap between the hulls never shrinks
     g = torch.Generator().manual_seed(seed)
     a = torch.rand(12, 2, generator=g, dtype=torch.float64)
-    b = torch.rand(12, 2, generator=g, dtype=torch.float64) + torch.tensor([1.0 + shift, 0.0], dtype=torch.float64)
+    b = torch.rand(12, 2, generator=g, dtype=torch.float64) + torch.tensor(
+        [1.0 + shift, 0.0], dtype=torch.float64
+    )
     x = torch.cat([a, b])
     res = lb.blurring_mean_shift(x, 1.0, kernel, max_iter=15, tol=0.0, return_path=True)
     gap0 = _hull_gap(a, b)
@@ -247,15 +319,21 @@ def test_blurring_compact_kernel_points_apart_can_still_merge():
     # every cross-group distance exceeds h, yet the pair's midpoint comes within reach of the third
     trio = torch.tensor([[-0.5, 0.0], [0.5, 0.0], [0.0, -1.05]], dtype=torch.float64)
     assert float(_cdist(trio[:2], trio[2:]).min()) > 1.1
-    res = lb.blurring_mean_shift(trio, 1.1, "uniform", max_iter=5, tol=0.0, return_path=True)
-    torch.testing.assert_close(res.path[2], torch.tensor([[0.0, -0.35]], dtype=torch.float64).expand(3, 2))
+    res = lb.blurring_mean_shift(
+        trio, 1.1, "uniform", max_iter=5, tol=0.0, return_path=True
+    )
+    torch.testing.assert_close(
+        res.path[2], torch.tensor([[0.0, -0.35]], dtype=torch.float64).expand(3, 2)
+    )
     assert len(res.modes) == 1
 
 
 def test_pc_shift_finds_circle_ridge(device):
     g = torch.Generator().manual_seed(0)
     t = torch.rand(300, generator=g, dtype=torch.float64) * 2 * math.pi
-    x = torch.stack([t.cos(), t.sin()], 1) + 0.1 * torch.randn(300, 2, generator=g, dtype=torch.float64)
+    x = torch.stack([t.cos(), t.sin()], 1) + 0.1 * torch.randn(
+        300, 2, generator=g, dtype=torch.float64
+    )
     x = x.to(device)
     res = lb.pc_shift(x, 0.25, max_iter=200, tol=1e-6)
     assert bool(res.converged.all()) and res.points.device.type == device.type
@@ -267,14 +345,18 @@ def test_pc_shift_finds_circle_ridge(device):
     # fixed points: the score has no component across the ridge
     hess = lb.kde_log_hessian(res.points, x, 0.25)
     v = torch.linalg.eigh(hess)[1][:, :, :1]
-    across = (v.transpose(1, 2) @ lb.kde_score(res.points, x, 0.25)[:, :, None]).abs().max()
+    across = (
+        (v.transpose(1, 2) @ lb.kde_score(res.points, x, 0.25)[:, :, None]).abs().max()
+    )
     assert float(across) < 1e-4 / 0.25
 
 
 def test_pc_shift_ridge_dim_zero_is_mean_shift():
     x, _ = _blobs(90)
     a = lb.pc_shift(x, 1.0, ridge_dim=0, seeds=x[:5], max_iter=5, tol=0.0).points
-    b = lb.mean_shift(x, 1.0, seeds=x[:5], max_iter=4, tol=0.0, merge_radius=1e-9, return_path=True).path[-1]
+    b = lb.mean_shift(
+        x, 1.0, seeds=x[:5], max_iter=4, tol=0.0, merge_radius=1e-9, return_path=True
+    ).path[-1]
     torch.testing.assert_close(a, b)
 
 
@@ -296,7 +378,11 @@ def test_dtype_and_integer_inputs():
         (lambda x: lb.kde_score(x, torch.empty(0, 2), 1.0), ValueError, "x"),
         (lambda x: lb.kde_score(x, x, float("nan")), ValueError, "bandwidth"),
         (lambda x: lb.kde_score(x, x, [1.0, 2.0, 3.0]), ValueError, "bandwidth"),
-        (lambda x: lb.mean_shift(torch.full((3, 2), float("nan")), 1.0), ValueError, "x"),
+        (
+            lambda x: lb.mean_shift(torch.full((3, 2), float("nan")), 1.0),
+            ValueError,
+            "x",
+        ),
         (lambda x: lb.mean_shift(x, 1.0, kernel="box"), ValueError, "kernel"),
         (lambda x: lb.mean_shift(x, 1.0, seeds=[[1.0, 2.0, 3.0]]), ValueError, "seeds"),
         (lambda x: lb.mean_shift(x, 1.0, max_iter=-1), ValueError, "max_iter"),
@@ -351,12 +437,21 @@ def test_medoid_shift_precomputed_equals_coordinates(kernel, rounds, device):
     assert torch.equal(a.labels, b.labels) and torch.equal(a.mode_index, b.mode_index)
     assert a.n_iter == b.n_iter
     # the kernel masses are n-term sums of the same kernel values, rounded differently
-    torch.testing.assert_close(a.intensity, b.intensity, rtol=240 * torch.finfo(torch.float64).eps, atol=0)
-    assert torch.equal(a.modes, x[a.mode_index]) and torch.equal(b.modes, dist[b.mode_index])
+    torch.testing.assert_close(
+        a.intensity, b.intensity, rtol=240 * torch.finfo(torch.float64).eps, atol=0
+    )
+    assert torch.equal(a.modes, x[a.mode_index]) and torch.equal(
+        b.modes, dist[b.mode_index]
+    )
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(2, 50), h=st.floats(0.3, 3.0), d=st.integers(1, 4))
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(2, 50),
+    h=st.floats(0.3, 3.0),
+    d=st.integers(1, 4),
+)
 def test_medoid_shift_precomputed_properties(seed, n, h, d):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=g, dtype=torch.float64)
@@ -365,21 +460,29 @@ def test_medoid_shift_precomputed_properties(seed, n, h, d):
     for dist in (euclid, manhattan):
         root, gap = _brute_medoid_roots(dist.numpy(), h)
         res = lb.medoid_shift(dist, h, metric="precomputed")
-        if gap > 1e-9:  # no near-tie: the result is determined, compare with the oracle exactly
+        if (
+            gap > 1e-9
+        ):  # no near-tie: the result is determined, compare with the oracle exactly
             assert sorted(res.mode_index.tolist()) == sorted(set(root.tolist()))
             assert torch.equal(res.mode_index[res.labels], torch.as_tensor(root))
     # on Euclidean data the matrix path and the coordinate path agree (same near-tie guard)
     root, gap = _brute_medoid_roots(euclid.numpy(), h)
     if gap > 1e-9:
         a, b = lb.medoid_shift(x, h), lb.medoid_shift(euclid, h, metric="precomputed")
-        assert torch.equal(a.labels, b.labels) and torch.equal(a.mode_index, b.mode_index)
+        assert torch.equal(a.labels, b.labels) and torch.equal(
+            a.mode_index, b.mode_index
+        )
     # relabelling the points permutes the answer
     perm = torch.randperm(n, generator=g)
     res = lb.medoid_shift(manhattan, h, metric="precomputed")
     res_p = lb.medoid_shift(manhattan[perm][:, perm], h, metric="precomputed")
     if _brute_medoid_roots(manhattan.numpy(), h)[1] > 1e-9:
-        assert sorted(perm[res_p.mode_index].tolist()) == sorted(res.mode_index.tolist())
-        assert torch.equal(perm[res_p.mode_index[res_p.labels]], res.mode_index[res.labels][perm])
+        assert sorted(perm[res_p.mode_index].tolist()) == sorted(
+            res.mode_index.tolist()
+        )
+        assert torch.equal(
+            perm[res_p.mode_index[res_p.labels]], res.mode_index[res.labels][perm]
+        )
 
 
 def test_medoid_shift_precomputed_never_lowers_the_density():
@@ -411,7 +514,9 @@ def test_medoid_shift_precomputed_never_lowers_the_density():
 def test_medoid_shift_precomputed_bad_inputs(dist, bandwidth, match):
     with pytest.raises(ValueError, match=match) as info:
         lb.medoid_shift(dist, bandwidth, metric="precomputed")
-    assert str(info.value).startswith("bandwidth" if bandwidth < 0 else "x ")  # names the argument
+    assert str(info.value).startswith(
+        "bandwidth" if bandwidth < 0 else "x "
+    )  # names the argument
 
 
 def test_medoid_shift_precomputed_type_errors():
@@ -430,13 +535,17 @@ def test_medoid_shift_precomputed_type_errors():
 def test_mean_shift_max_iter_allows_one_more_step(max_iter):
     """As scikit-learn's MeanShift: max_iter = k allows k + 1 steps and n_iter counts k of them."""
     x, _ = _blobs(90)
-    res = lb.mean_shift(x, 1.0, seeds=x[:4], max_iter=max_iter, tol=0.0, return_path=True)
+    res = lb.mean_shift(
+        x, 1.0, seeds=x[:4], max_iter=max_iter, tol=0.0, return_path=True
+    )
     assert res.n_iter == max_iter and res.path.shape[0] == max_iter + 2
     cur = x[:4]
     for _ in range(max_iter + 1):
         cur = lb.nadaraya_watson(cur, x, x, 1.0)
     torch.testing.assert_close(res.path[-1], cur)
-    sk = MeanShift(bandwidth=1.2, seeds=x[:4].numpy(), max_iter=max_iter, cluster_all=True).fit(x.numpy())
+    sk = MeanShift(
+        bandwidth=1.2, seeds=x[:4].numpy(), max_iter=max_iter, cluster_all=True
+    ).fit(x.numpy())
     ours = lb.mean_shift(x, 1.2, kernel="uniform", seeds=x[:4], max_iter=max_iter)
     np.testing.assert_allclose(ours.modes.numpy(), sk.cluster_centers_, atol=1e-12)
 
@@ -451,7 +560,10 @@ def test_unique_rows_and_bin_seeds_equal_the_row_wise_unique(seed, d, h):
     x = torch.randn(300, d, generator=g, dtype=torch.float64)
     x = torch.cat([x, x[:50], -0.0 * x[:3], 0.0 * x[:3]])  # repeated rows, −0 and 0
     uniq, inverse = _unique_rows(x)
-    assert torch.equal(uniq[inverse], x) and uniq.shape[0] == torch.unique(x, dim=0).shape[0]
+    assert (
+        torch.equal(uniq[inverse], x)
+        and uniq.shape[0] == torch.unique(x, dim=0).shape[0]
+    )
     hh = torch.full((d,), h, dtype=torch.float64)
     for freq in (1, 3):
         with warnings.catch_warnings():
@@ -466,5 +578,7 @@ def test_unique_rows_and_bin_seeds_equal_the_row_wise_unique(seed, d, h):
         if len(keep) == x.shape[0]:
             assert torch.equal(got, x)
         else:
-            ref = (torch.tensor(keep, dtype=torch.float32).reshape(-1, d) * hh.float()).double()
+            ref = (
+                torch.tensor(keep, dtype=torch.float32).reshape(-1, d) * hh.float()
+            ).double()
             assert torch.equal(got, ref)

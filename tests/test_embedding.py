@@ -1,4 +1,5 @@
 """Tests of localbook.embedding: LLE vs scikit-learn, asymmetric MDS identities, triplet losses."""
+
 import numpy as np
 import pytest
 import torch
@@ -33,7 +34,9 @@ def test_lle_weights_sum_to_one_and_reconstruct():
     err_lle = ((recon - x) ** 2).sum(1).mean()
     err_mean = ((x[idx].mean(1) - x) ** 2).sum(1).mean()
     assert err_lle < 0.05 * err_mean
-    assert not bool((idx == torch.arange(300)[:, None]).any())  # a point is not its own neighbour
+    assert not bool(
+        (idx == torch.arange(300)[:, None]).any()
+    )  # a point is not its own neighbour
 
 
 def test_lle_weights_match_sklearn_barycenter():
@@ -70,8 +73,12 @@ def test_lle_embedding_matches_sklearn_up_to_sign():
     from sklearn.manifold import LocallyLinearEmbedding
 
     X = _swiss(400, seed=3)
-    Y, err = lb.locally_linear_embedding(X, n_components=2, n_neighbors=12, return_error=True)
-    sk = LocallyLinearEmbedding(n_neighbors=12, n_components=2, eigen_solver="dense", random_state=0)
+    Y, err = lb.locally_linear_embedding(
+        X, n_components=2, n_neighbors=12, return_error=True
+    )
+    sk = LocallyLinearEmbedding(
+        n_neighbors=12, n_components=2, eigen_solver="dense", random_state=0
+    )
     Ys = sk.fit_transform(X)
     assert np.max(subspace_angles(Y.numpy(), Ys)) < 1e-6
     # column by column: equal up to sign
@@ -123,7 +130,9 @@ def test_asymmetric_mds_recovers_radius_model():
     delta = torch.cdist(X, X) + r[None, :] - r[:, None]
     res = lb.asymmetric_mds(delta, 2)
     torch.testing.assert_close(res.radius, r, rtol=0, atol=1e-10)
-    torch.testing.assert_close(torch.cdist(res.embedding, res.embedding), torch.cdist(X, X), rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        torch.cdist(res.embedding, res.embedding), torch.cdist(X, X), rtol=0, atol=1e-5
+    )
     assert res.stress < 1e-8
 
 
@@ -142,7 +151,9 @@ def test_asymmetric_mds_radius_is_stationary_and_stress_splits():
         (grad,) = torch.autograd.grad(loss, r)
         assert grad.abs().max() < 1e-8  # closed-form radii minimize the stress
         assert loss.item() == pytest.approx(res.stress, rel=1e-8)
-        assert res.stress == pytest.approx(res.symmetric_stress + res.skew_stress, rel=1e-12)
+        assert res.stress == pytest.approx(
+            res.symmetric_stress + res.skew_stress, rel=1e-12
+        )
     # unit weights: the radius is the column mean of the skew part
     res = lb.asymmetric_mds(delta, 2)
     A = (delta - delta.T) / 2
@@ -166,8 +177,12 @@ def test_triplet_hyperkernel_and_losses_by_hand():
     assert lb.triplet_loss(y, t, kind="trimap").item() == pytest.approx(1 - kappa)
     assert lb.triplet_loss(y, t, kind="ste").item() == pytest.approx(-np.log(kappa))
     assert lb.triplet_loss(y, t, kind="hinge").item() == pytest.approx(0.0)
-    assert lb.triplet_loss(y, torch.tensor([[0, 2, 1]]), kind="hinge").item() == pytest.approx(4.0)
-    assert lb.triplet_loss(y, t, weights=[2.0], kind="trimap").item() == pytest.approx(2 * (1 - kappa))
+    assert lb.triplet_loss(
+        y, torch.tensor([[0, 2, 1]]), kind="hinge"
+    ).item() == pytest.approx(4.0)
+    assert lb.triplet_loss(y, t, weights=[2.0], kind="trimap").item() == pytest.approx(
+        2 * (1 - kappa)
+    )
 
 
 def test_triplet_hyperkernel_is_two_point_local_mean_weight():
@@ -176,7 +191,7 @@ def test_triplet_hyperkernel_is_two_point_local_mean_weight():
     y = torch.randn(10, 2, generator=g)
     t = torch.tensor([[0, 3, 7], [5, 1, 2]])
     for (i, j, k), kap in zip(t.tolist(), lb.triplet_hyperkernel(y, t)):
-        s = 1 / (1 + torch.cdist(y[i:i + 1], y[[j, k]])[0] ** 2)
+        s = 1 / (1 + torch.cdist(y[i : i + 1], y[[j, k]])[0] ** 2)
         assert kap.item() == pytest.approx((s / s.sum())[0].item())
 
 
@@ -186,7 +201,9 @@ def test_triplet_loss_gradients_in_squared_distances(dij2, dik2):
     # TriMap: d(1 - kappa)/d dij2 = kappa (1 - kappa) s_ij; t-STE: d(-log kappa)/d dij2 =
     # (1 - kappa) s_ij > 0 (pulls j in); both push k away with the s_ik analogues. The
     # squared distances are realized by points, so lb.triplet_loss itself is differentiated.
-    y = torch.tensor([[0.0, 0.0], [dij2 ** 0.5, 0.0], [0.0, dik2 ** 0.5]], requires_grad=True)
+    y = torch.tensor(
+        [[0.0, 0.0], [dij2**0.5, 0.0], [0.0, dik2**0.5]], requires_grad=True
+    )
     t = torch.tensor([[0, 1, 2]])
     sij, sik = 1 / (1 + dij2), 1 / (1 + dik2)
     kap = sij / (sij + sik)
@@ -210,7 +227,9 @@ def test_ste_pull_vanishes_more_slowly_than_trimap():
     D = D.detach()
     torch.testing.assert_close(p_tm, c / (c + 1 + D) ** 2)
     torch.testing.assert_close(p_ste, 1 / (c + 1 + D))
-    assert bool((p_ste[1:] < p_ste[:-1]).all() and (p_tm[1:] < p_tm[:-1]).all())  # both vanish
+    assert bool(
+        (p_ste[1:] < p_ste[:-1]).all() and (p_tm[1:] < p_tm[:-1]).all()
+    )  # both vanish
     ratio = p_ste / p_tm  # = 1/kappa
     assert bool((ratio[1:] > ratio[:-1]).all())  # t-STE's vanishes more slowly
 
@@ -222,8 +241,15 @@ def test_trimap_triplets_are_ordered_and_weighted():
     trip, w = lb.trimap_triplets(X, n_inliers=5, n_outliers=3, n_random=2, seed=0)
     assert trip.shape[1] == 3 and w.shape == (trip.shape[0],) and bool((w >= 0).all())
     d = torch.cdist(X, X)
-    assert bool((d[trip[:, 0], trip[:, 1]] <= d[trip[:, 0], trip[:, 2]] + 1e-9).mean(dtype=torch.float64) > 0.9)
-    assert not bool((trip[:, 0] == trip[:, 1]).any() or (trip[:, 0] == trip[:, 2]).any())
+    assert bool(
+        (d[trip[:, 0], trip[:, 1]] <= d[trip[:, 0], trip[:, 2]] + 1e-9).mean(
+            dtype=torch.float64
+        )
+        > 0.9
+    )
+    assert not bool(
+        (trip[:, 0] == trip[:, 1]).any() or (trip[:, 0] == trip[:, 2]).any()
+    )
 
 
 def test_triplet_embedding_is_trustworthy():
@@ -241,11 +267,17 @@ def test_triplet_embedding_is_trustworthy():
 
 
 def test_trimap_loss_and_gradient_match_the_trimap_package():
-    tt = pytest.importorskip("trimap.torch_trimap")  # optional: pip install trimap==1.2.0
+    tt = pytest.importorskip(
+        "trimap.torch_trimap"
+    )  # optional: pip install trimap==1.2.0
     g = torch.Generator().manual_seed(6)
     y = torch.randn(25, 2, generator=g)
     trip = torch.randint(0, 25, (200, 3), generator=g)
-    trip = trip[(trip[:, 0] != trip[:, 1]) & (trip[:, 0] != trip[:, 2]) & (trip[:, 1] != trip[:, 2])]
+    trip = trip[
+        (trip[:, 0] != trip[:, 1])
+        & (trip[:, 0] != trip[:, 2])
+        & (trip[:, 1] != trip[:, 2])
+    ]
     w = torch.rand(len(trip), generator=g)
     yr = y.clone().requires_grad_(True)
     ours = lb.triplet_loss(yr, trip, weights=w, kind="trimap")
@@ -263,7 +295,9 @@ def test_ordinal_embedding_recovers_points_from_comparisons():
     g = torch.Generator().manual_seed(5)
     X = torch.rand(30, 2, generator=g)
     idx = torch.randint(0, 30, (4000, 3), generator=g)
-    idx = idx[(idx[:, 0] != idx[:, 1]) & (idx[:, 0] != idx[:, 2]) & (idx[:, 1] != idx[:, 2])]
+    idx = idx[
+        (idx[:, 0] != idx[:, 1]) & (idx[:, 0] != idx[:, 2]) & (idx[:, 1] != idx[:, 2])
+    ]
     d = torch.cdist(X, X)
     closer = d[idx[:, 0], idx[:, 1]] < d[idx[:, 0], idx[:, 2]]
     trip = torch.where(closer[:, None], idx, idx[:, [0, 2, 1]])
@@ -311,8 +345,12 @@ def test_lle_arpack_matches_dense():
     from scipy.linalg import subspace_angles
 
     X = _swiss(400, seed=4)
-    Yd, err_d = lb.locally_linear_embedding(X, 2, n_neighbors=12, eigen_solver="dense", return_error=True)
-    Ya, err_a = lb.locally_linear_embedding(X, 2, n_neighbors=12, eigen_solver="arpack", return_error=True)
+    Yd, err_d = lb.locally_linear_embedding(
+        X, 2, n_neighbors=12, eigen_solver="dense", return_error=True
+    )
+    Ya, err_a = lb.locally_linear_embedding(
+        X, 2, n_neighbors=12, eigen_solver="arpack", return_error=True
+    )
     assert Ya.shape == (400, 2) and Ya.dtype == Yd.dtype
     # shift-invert ARPACK with tol=0 converges to working precision; the eigenvectors are
     # accurate to rounding divided by the gap to the next eigenvalue
@@ -328,8 +366,9 @@ def test_lle_arpack_matches_sklearn_arpack():
 
     X = _swiss(600, seed=5)
     Y = lb.locally_linear_embedding(X, 2, n_neighbors=10, eigen_solver="arpack")
-    Ys = LocallyLinearEmbedding(n_neighbors=10, n_components=2, eigen_solver="arpack",
-                                random_state=0).fit_transform(X)
+    Ys = LocallyLinearEmbedding(
+        n_neighbors=10, n_components=2, eigen_solver="arpack", random_state=0
+    ).fit_transform(X)
     assert np.max(subspace_angles(Y.numpy(), Ys)) < 1e-5
 
 
@@ -348,14 +387,23 @@ def test_closed_form_triplet_gradient_matches_autograd(kind, p):
     g = torch.Generator().manual_seed(7 + p)
     Y = torch.randn(40, p, generator=g)
     trip = torch.randint(0, 40, (600, 3), generator=g)
-    trip = trip[(trip[:, 0] != trip[:, 1]) & (trip[:, 0] != trip[:, 2]) & (trip[:, 1] != trip[:, 2])]
+    trip = trip[
+        (trip[:, 0] != trip[:, 1])
+        & (trip[:, 0] != trip[:, 2])
+        & (trip[:, 1] != trip[:, 2])
+    ]
     w = torch.rand(len(trip), generator=g)
     loss, grad = _autograd_grad(Y, trip, w, kind)
     tg = _TripletGrad(trip, w, kind, p)
     for _ in range(2):  # the buffers are reused: a second call gives the same answer
         grad2, loss2 = tg(Y.T.contiguous(), with_loss=True)
         # sums of len(trip) terms of size up to max|w|·max|y|: rounding of that order
-        tol = 10 * len(trip) * torch.finfo(Y.dtype).eps * float(w.max() * (1 + Y.abs().max()))
+        tol = (
+            10
+            * len(trip)
+            * torch.finfo(Y.dtype).eps
+            * float(w.max() * (1 + Y.abs().max()))
+        )
         torch.testing.assert_close(grad2.T, grad, rtol=0, atol=tol)
         torch.testing.assert_close(loss2, loss, rtol=0, atol=tol)
     torch.testing.assert_close(tg(Y.T.contiguous()).T, grad, rtol=0, atol=tol)
@@ -367,7 +415,11 @@ def test_fit_triplets_follows_adam_on_the_autograd_gradient():
     g = torch.Generator().manual_seed(11)
     Y0 = 0.1 * torch.randn(30, 2, generator=g)
     trip = torch.randint(0, 30, (300, 3), generator=g)
-    trip = trip[(trip[:, 0] != trip[:, 1]) & (trip[:, 0] != trip[:, 2]) & (trip[:, 1] != trip[:, 2])]
+    trip = trip[
+        (trip[:, 0] != trip[:, 1])
+        & (trip[:, 0] != trip[:, 2])
+        & (trip[:, 1] != trip[:, 2])
+    ]
     w = torch.rand(len(trip), generator=g)
     Y = Y0.clone().requires_grad_(True)
     opt = torch.optim.Adam([Y], lr=0.05)
@@ -375,16 +427,21 @@ def test_fit_triplets_follows_adam_on_the_autograd_gradient():
         opt.zero_grad()
         lb.triplet_loss(Y, trip, weights=w / w.sum(), kind="trimap").backward()
         opt.step()
-    torch.testing.assert_close(_fit_triplets(Y0, trip, w, 20, 0.05, "trimap"), Y.detach(),
-                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        _fit_triplets(Y0, trip, w, 20, 0.05, "trimap"), Y.detach(), rtol=0, atol=1e-10
+    )
 
 
 def test_triplet_embedding_seed_list_shares_the_neighbour_search():
     X = torch.as_tensor(_swiss(150, seed=6))
     Ys = lb.triplet_embedding(X, n_iter=30, seed=[0, 1])
     assert isinstance(Ys, list) and len(Ys) == 2
-    torch.testing.assert_close(Ys[0], lb.triplet_embedding(X, n_iter=30, seed=0), rtol=0, atol=0)
-    torch.testing.assert_close(Ys[1], lb.triplet_embedding(X, n_iter=30, seed=1), rtol=0, atol=0)
+    torch.testing.assert_close(
+        Ys[0], lb.triplet_embedding(X, n_iter=30, seed=0), rtol=0, atol=0
+    )
+    torch.testing.assert_close(
+        Ys[1], lb.triplet_embedding(X, n_iter=30, seed=1), rtol=0, atol=0
+    )
     assert not torch.equal(Ys[0], Ys[1])
     with pytest.raises(ValueError, match="seed"):
         lb.triplet_embedding(X, seed=[])
@@ -399,10 +456,14 @@ def test_trimap_weights_against_brute_force():
     g = torch.Generator().manual_seed(12)
     X = torch.randn(120, 7, generator=g)
     n_in, n_out, n_rand, gamma = 6, 4, 2, 500.0
-    trip, w = lb.trimap_triplets(X, n_inliers=n_in, n_outliers=n_out, n_random=n_rand, gamma=gamma, seed=3)
+    trip, w = lb.trimap_triplets(
+        X, n_inliers=n_in, n_outliers=n_out, n_random=n_rand, gamma=gamma, seed=3
+    )
     D2 = torch.cdist(X, X) ** 2
     D2.fill_diagonal_(float("inf"))
-    sigma = D2.sort(1).values[:, 3:6].sqrt().mean(1)  # mean distance to the 4th-6th neighbours
+    sigma = (
+        D2.sort(1).values[:, 3:6].sqrt().mean(1)
+    )  # mean distance to the 4th-6th neighbours
     i, j, k = trip.T
     logr = -D2[i, j] / (sigma[i] * sigma[j]) + D2[i, k] / (sigma[i] * sigma[k])
     assert bool((logr >= 0).all())  # j is the closer one, in the scaled similarity
@@ -454,22 +515,35 @@ def test_trustworthiness_equals_sklearn_without_ties():
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 12)) @ rng.normal(size=(12, 12))
-    Ys = [PCA(2).fit_transform(X), rng.normal(size=(300, 2)), X[:, :3], PCA(5).fit_transform(X)]
+    Ys = [
+        PCA(2).fit_transform(X),
+        rng.normal(size=(300, 2)),
+        X[:, :3],
+        PCA(5).fit_transform(X),
+    ]
     for k in [1, 5, 12, 40]:
         ours = lb.trustworthiness(X, Ys, n_neighbors=k)  # many maps: the sorting path
-        single = [lb.trustworthiness(X, Y, n_neighbors=k) for Y in Ys]  # the counting path
+        single = [
+            lb.trustworthiness(X, Y, n_neighbors=k) for Y in Ys
+        ]  # the counting path
         sk = [trustworthiness(X, Y, n_neighbors=k) for Y in Ys]
         # the penalty is a sum of integers: the two agree up to the rounding of the scaling
         np.testing.assert_allclose(ours, sk, rtol=0, atol=1e-14)
         np.testing.assert_allclose(single, sk, rtol=0, atol=1e-14)
-    assert lb.trustworthiness(X, X[:, :12], n_neighbors=5) == pytest.approx(1.0, abs=1e-15)
+    assert lb.trustworthiness(X, X[:, :12], n_neighbors=5) == pytest.approx(
+        1.0, abs=1e-15
+    )
     # float32 data: the same up to the order of distances equal to about 7 digits
-    t32 = lb.trustworthiness(torch.as_tensor(X, dtype=torch.float32), Ys[0], n_neighbors=5)
+    t32 = lb.trustworthiness(
+        torch.as_tensor(X, dtype=torch.float32), Ys[0], n_neighbors=5
+    )
     assert t32 == pytest.approx(trustworthiness(X, Ys[0], n_neighbors=5), abs=1e-6)
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 10_000), st.integers(12, 40), st.integers(1, 5), st.integers(1, 4))
+@given(
+    st.integers(0, 10_000), st.integers(12, 40), st.integers(1, 5), st.integers(1, 4)
+)
 def test_property_trustworthiness_ties_in_expectation(seed, n, k, levels):
     # integer data with few levels: many exact ties, against a brute-force oracle of the rule
     from sklearn.manifold import trustworthiness
@@ -481,7 +555,9 @@ def test_property_trustworthiness_ties_in_expectation(seed, n, k, levels):
     Y = rng.normal(size=(n, 2))
     ours = lb.trustworthiness(X, Y, n_neighbors=k)
     assert ours == pytest.approx(_trust_brute(X, Y, k), abs=1e-12)
-    assert lb.trustworthiness(X, [Y, Y], n_neighbors=k) == pytest.approx([ours, ours], abs=1e-12)
+    assert lb.trustworthiness(X, [Y, Y], n_neighbors=k) == pytest.approx(
+        [ours, ours], abs=1e-12
+    )
     # scikit-learn's value is one order of the ties; the mean over orders lies within the range
     # of the extreme orders: every tie ranked first or every tie ranked last
     lo = 1 - 2 * _penalty_extreme(X, Y, k, last=True) / (n * k * (2 * n - 3 * k - 1))
@@ -498,7 +574,11 @@ def _penalty_extreme(X, Y, k, last):
     total = 0
     for i in range(len(X)):
         for j in np.argsort(E[i], kind="stable")[:k]:
-            r = int((D[i] <= D[i, j]).sum()) if last else int((D[i] < D[i, j]).sum()) + 1
+            r = (
+                int((D[i] <= D[i, j]).sum())
+                if last
+                else int((D[i] < D[i, j]).sum()) + 1
+            )
             total += max(0, r - k)
     return total
 

@@ -1,5 +1,6 @@
 """Tests for localbook.entmax: values and gradients against the `entmax` package, exactness of the
 certified partial sorts, simplex/exact-zero properties, extreme and masked inputs, bad inputs."""
+
 import math
 
 import entmax as ref
@@ -14,7 +15,14 @@ import localbook as lb
 from localbook.entmax import entmax15, entmax_bisect, sparsemax
 
 ALPHAS = [1.1, 1.3, 1.5, 2.0, 3.0]
-SHAPES_DIMS = [((6, 11), -1), ((6, 11), 0), ((3, 7, 5), 1), ((2, 3, 9), -1), ((4, 1), -1), ((5,), 0)]
+SHAPES_DIMS = [
+    ((6, 11), -1),
+    ((6, 11), 0),
+    ((3, 7, 5), 1),
+    ((2, 3, 9), -1),
+    ((4, 1), -1),
+    ((5,), 0),
+]
 
 
 def _ours(alpha):
@@ -59,7 +67,9 @@ def test_entmax_bisect_matches_entmax_package(alpha, shape, dim):
     g = torch.randn_like(z)
     f = lambda x, d: entmax_bisect(x, alpha, dim=d)  # noqa: E731
     p, gp = _value_and_grad(f, z, g, dim)
-    q, gq = _value_and_grad(lambda x, d: ref.entmax_bisect(x, alpha, dim=d, n_iter=100), z, g, dim)
+    q, gq = _value_and_grad(
+        lambda x, d: ref.entmax_bisect(x, alpha, dim=d, n_iter=100), z, g, dim
+    )
     torch.testing.assert_close(p, q, rtol=0, atol=1e-10)
     torch.testing.assert_close(gp, gq, rtol=0, atol=1e-8)
 
@@ -67,19 +77,28 @@ def test_entmax_bisect_matches_entmax_package(alpha, shape, dim):
 @pytest.mark.parametrize("alpha", [1.5, 2.0])
 def test_bisect_agrees_with_exact_maps(alpha):
     z = torch.randn(20, 40, dtype=torch.float64) * 4
-    torch.testing.assert_close(entmax_bisect(z, alpha), _ours(alpha)(z, -1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        entmax_bisect(z, alpha), _ours(alpha)(z, -1), rtol=0, atol=1e-12
+    )
 
 
 def test_long_rows_with_mixed_support_sizes_need_growing_k():
     # rows from nearly-uniform (support ~ n) to one-hot, constant rows, heavy masking: every branch of
     # the certified partial sort (first k, retries with larger k, full sort) is exercised
-    z = torch.randn(40, 700, dtype=torch.float64) * torch.logspace(-4, 2, 40, dtype=torch.float64)[:, None]
+    z = (
+        torch.randn(40, 700, dtype=torch.float64)
+        * torch.logspace(-4, 2, 40, dtype=torch.float64)[:, None]
+    )
     z[3] = 0.25
     z[5, :650] = -math.inf
     z[7, 1:] = -math.inf
     for alpha in [1.25, 1.5, 2.0, 3.0]:
-        torch.testing.assert_close(_ours(alpha)(z, -1), _theirs(alpha)(z, -1), rtol=0, atol=1e-10)
-    torch.testing.assert_close(sparsemax(z)[3], torch.full((700,), 1 / 700, dtype=torch.float64))
+        torch.testing.assert_close(
+            _ours(alpha)(z, -1), _theirs(alpha)(z, -1), rtol=0, atol=1e-10
+        )
+    torch.testing.assert_close(
+        sparsemax(z)[3], torch.full((700,), 1 / 700, dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0, 3.0])
@@ -100,14 +119,16 @@ def test_backward_formula_on_the_support():
         s = torch.where(p > 0, p ** (2 - alpha), torch.zeros_like(p))
         expected = torch.diag(s) - torch.outer(s, s) / s.sum()
         torch.testing.assert_close(J, expected, rtol=0, atol=1e-10)
-        torch.testing.assert_close(J.T @ g, s * (g - (s @ g) / s.sum()), rtol=0, atol=1e-10)
+        torch.testing.assert_close(
+            J.T @ g, s * (g - (s @ g) / s.sum()), rtol=0, atol=1e-10
+        )
 
 
 def test_sparsemax_is_the_euclidean_projection():
     # brute force over supports: the projection is [z - τ]_+ with the unique feasible τ
     z = torch.randn(7, dtype=torch.float64)
     best = None
-    for mask in range(1, 2 ** 7):
+    for mask in range(1, 2**7):
         S = torch.tensor([(mask >> i) & 1 for i in range(7)], dtype=torch.bool)
         tau = (z[S].sum() - 1) / S.sum()
         p = torch.where(S, z - tau, torch.zeros_like(z))
@@ -118,14 +139,22 @@ def test_sparsemax_is_the_euclidean_projection():
 
 
 @settings(max_examples=25, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 12)),
-              elements=st.floats(-50, 50, allow_nan=False, allow_infinity=False)),
-       st.sampled_from(ALPHAS), st.sampled_from([0, 1, -1]))
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 4), st.integers(1, 12)),
+        elements=st.floats(-50, 50, allow_nan=False, allow_infinity=False),
+    ),
+    st.sampled_from(ALPHAS),
+    st.sampled_from([0, 1, -1]),
+)
 def test_simplex_and_exact_zeros(z, alpha, dim):
     z = torch.as_tensor(z)
     p = _ours(alpha)(z, dim)
     assert (p >= 0).all()
-    torch.testing.assert_close(p.sum(dim), torch.ones_like(p.sum(dim)), rtol=0, atol=1e-9)
+    torch.testing.assert_close(
+        p.sum(dim), torch.ones_like(p.sum(dim)), rtol=0, atol=1e-9
+    )
     # threshold form: p_i = [(α-1) z_i - τ]_+^{1/(α-1)}, zeros exactly where (α-1) z_i ≤ τ,
     # and the order of the scores is kept
     zm = (alpha - 1) * (z - z.amax(dim, keepdim=True))
@@ -140,7 +169,10 @@ def test_simplex_and_exact_zeros(z, alpha, dim):
 
 
 @settings(max_examples=25, deadline=None)
-@given(arrays(np.float64, st.integers(2, 10), elements=st.floats(-5, 5)), st.floats(-1e6, 1e6))
+@given(
+    arrays(np.float64, st.integers(2, 10), elements=st.floats(-5, 5)),
+    st.floats(-1e6, 1e6),
+)
 def test_shift_invariance(z, c):
     z = torch.as_tensor(z)
     for f in (sparsemax, entmax15):
@@ -158,7 +190,9 @@ def test_huge_logits(dtype, alpha, device):
         torch.testing.assert_close(p.sum(-1), torch.ones(5, dtype=dtype, device=device))
     onehot = torch.nn.functional.one_hot(z.argmax(-1), 8).to(dtype)
     torch.testing.assert_close(f(z * 1e30, -1), onehot)
-    torch.testing.assert_close(f(z * 1e-30, -1), torch.full_like(z, 1 / 8), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        f(z * 1e-30, -1), torch.full_like(z, 1 / 8), rtol=1e-4, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0, 3.0])
@@ -172,10 +206,14 @@ def test_masked_entries(alpha, device):
     # equal to the map over the live entries only
     for i in range(2):
         live = ~mask[i]
-        torch.testing.assert_close(p[i, live], _ours(alpha)(z[i, live], -1), rtol=0, atol=1e-10)
+        torch.testing.assert_close(
+            p[i, live], _ours(alpha)(z[i, live], -1), rtol=0, atol=1e-10
+        )
     p.backward(torch.randn_like(p))
     assert torch.isfinite(zm.grad).all() and (zm.grad[mask] == 0).all()
-    torch.testing.assert_close(p.detach().cpu(), _theirs(alpha)(zm.detach().cpu(), -1), rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        p.detach().cpu(), _theirs(alpha)(zm.detach().cpu(), -1), rtol=0, atol=1e-10
+    )
 
 
 @pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0])
@@ -195,7 +233,11 @@ def test_single_entry_and_array_likes():
     out = entmax15([[1, 2], [3, 4]])
     assert out.dtype == torch.get_default_dtype()
     torch.testing.assert_close(out[0], out[1])
-    assert lb.sparsemax is sparsemax and lb.entmax15 is entmax15 and lb.entmax_bisect is entmax_bisect
+    assert (
+        lb.sparsemax is sparsemax
+        and lb.entmax15 is entmax15
+        and lb.entmax_bisect is entmax_bisect
+    )
 
 
 @pytest.mark.parametrize("alpha", [math.inf, -math.inf, math.nan])
@@ -204,22 +246,34 @@ def test_non_finite_alpha_rejected(alpha):
         entmax_bisect(torch.randn(3, 4), alpha)
 
 
-@pytest.mark.parametrize("call,exc,word", [
-    (lambda: entmax_bisect(torch.randn(3), "1.5"), TypeError, "alpha"),
-    (lambda: entmax_bisect(torch.randn(3, 4), torch.full((3, 4), 1.5)), ValueError, "alpha"),
-    (lambda: entmax_bisect(torch.randn(3, 4), torch.tensor([[1.5], [1.0], [2.0]])), ValueError,
-     "alpha"),
-    (lambda: entmax_bisect(torch.randn(3), 1.5, n_iter=0), ValueError, "n_iter"),
-    (lambda: entmax_bisect(torch.randn(3), 1.5, n_iter=2.5), TypeError, "n_iter"),
-    (lambda: sparsemax(torch.randn(3, 4), dim=2), ValueError, "dim"),
-    (lambda: entmax15(torch.randn(3, 4), dim=-3), ValueError, "dim"),
-    (lambda: sparsemax(torch.tensor(1.0)), ValueError, "z"),
-    (lambda: sparsemax(torch.zeros(3, 0)), ValueError, "z"),
-    (lambda: sparsemax(torch.tensor([1.0, math.nan])), ValueError, "NaN"),
-    (lambda: entmax15(torch.tensor([1.0, math.inf])), ValueError, r"\+inf"),
-    (lambda: sparsemax("abc"), TypeError, "z"),
-    (lambda: entmax15(torch.randn(2, 2, dtype=torch.complex64)), TypeError, "z"),
-])
+@pytest.mark.parametrize(
+    "call,exc,word",
+    [
+        (lambda: entmax_bisect(torch.randn(3), "1.5"), TypeError, "alpha"),
+        (
+            lambda: entmax_bisect(torch.randn(3, 4), torch.full((3, 4), 1.5)),
+            ValueError,
+            "alpha",
+        ),
+        (
+            lambda: entmax_bisect(
+                torch.randn(3, 4), torch.tensor([[1.5], [1.0], [2.0]])
+            ),
+            ValueError,
+            "alpha",
+        ),
+        (lambda: entmax_bisect(torch.randn(3), 1.5, n_iter=0), ValueError, "n_iter"),
+        (lambda: entmax_bisect(torch.randn(3), 1.5, n_iter=2.5), TypeError, "n_iter"),
+        (lambda: sparsemax(torch.randn(3, 4), dim=2), ValueError, "dim"),
+        (lambda: entmax15(torch.randn(3, 4), dim=-3), ValueError, "dim"),
+        (lambda: sparsemax(torch.tensor(1.0)), ValueError, "z"),
+        (lambda: sparsemax(torch.zeros(3, 0)), ValueError, "z"),
+        (lambda: sparsemax(torch.tensor([1.0, math.nan])), ValueError, "NaN"),
+        (lambda: entmax15(torch.tensor([1.0, math.inf])), ValueError, r"\+inf"),
+        (lambda: sparsemax("abc"), TypeError, "z"),
+        (lambda: entmax15(torch.randn(2, 2, dtype=torch.complex64)), TypeError, "z"),
+    ],
+)
 def test_bad_inputs(call, exc, word):
     with pytest.raises(exc, match=word):
         call()

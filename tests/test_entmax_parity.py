@@ -1,5 +1,6 @@
 """Parity with the ``entmax`` package: every α it accepts, a learnable α, and the Fenchel–Young
 losses (values and gradients), modelled on the package's own test_root_finding / test_losses."""
+
 import math
 
 import entmax as ref
@@ -26,13 +27,19 @@ def test_every_alpha_the_package_accepts(alpha):
     # both stop bisecting at a τ within a few ulps; p = (X − τ)^{1/(α−1)} magnifies that by
     # p^{2−α}/(α−1) ≤ max(1, 1/(α−1)) times the row's scale
     scale = float(z.abs().max()) * max(1.0, abs(alpha - 1))
-    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e3 * EPS * scale / min(1.0, abs(alpha - 1)))
-    torch.testing.assert_close(ours.sum(-1), torch.ones(6, dtype=torch.float64), rtol=0, atol=20 * EPS)
+    torch.testing.assert_close(
+        ours, theirs, rtol=0, atol=1e3 * EPS * scale / min(1.0, abs(alpha - 1))
+    )
+    torch.testing.assert_close(
+        ours.sum(-1), torch.ones(6, dtype=torch.float64), rtol=0, atol=20 * EPS
+    )
 
 
 def test_alpha_one_is_softmax_and_below_one_is_dense():
     z = _z((4, 7))
-    torch.testing.assert_close(entmax_bisect(z, 1.0), torch.softmax(z, -1), rtol=0, atol=0)
+    torch.testing.assert_close(
+        entmax_bisect(z, 1.0), torch.softmax(z, -1), rtol=0, atol=0
+    )
     assert bool((entmax_bisect(z, 0.5) > 0).all())
     # α-entmax → softmax as α → 1 from either side, at first order in |α − 1|
     for a in (1 - 1e-4, 1 + 1e-4):
@@ -51,8 +58,11 @@ def test_learnable_alpha_values_and_gradients_match_the_package(alpha_shape):
     gz, ga = torch.autograd.grad((p * g).sum(), (z, alpha))
     alpha_ref = alpha.detach().clone().requires_grad_()
     z_ref = z.detach().clone().requires_grad_()
-    q = ref.entmax_bisect(z_ref, alpha_ref.expand(5, 1) if alpha_shape != (5, 1) else alpha_ref,
-                          n_iter=100)
+    q = ref.entmax_bisect(
+        z_ref,
+        alpha_ref.expand(5, 1) if alpha_shape != (5, 1) else alpha_ref,
+        n_iter=100,
+    )
     gz_ref, ga_ref = torch.autograd.grad((q * g).sum(), (z_ref, alpha_ref))
     torch.testing.assert_close(p, q, rtol=0, atol=1e3 * EPS)
     torch.testing.assert_close(gz, gz_ref, rtol=0, atol=1e4 * EPS)
@@ -63,15 +73,23 @@ def test_learnable_alpha_values_and_gradients_match_the_package(alpha_shape):
 def test_alpha_gradient_by_gradcheck_per_head():
     """(batch, heads, T, T) scores and one α per head, as in adaptively sparse transformers."""
     z = _z((2, 3, 4, 5)).requires_grad_()
-    alpha = torch.tensor([1.2, 1.6, 2.3], dtype=torch.float64).view(1, 3, 1, 1).requires_grad_()
-    assert torch.autograd.gradcheck(lambda z, a: entmax_bisect(z, a, n_iter=200), (z, alpha))
+    alpha = (
+        torch.tensor([1.2, 1.6, 2.3], dtype=torch.float64)
+        .view(1, 3, 1, 1)
+        .requires_grad_()
+    )
+    assert torch.autograd.gradcheck(
+        lambda z, a: entmax_bisect(z, a, n_iter=200), (z, alpha)
+    )
 
 
 def test_learnable_alpha_is_learned():
     """Fitting α by gradient descent recovers the α that produced a target distribution."""
     z = _z((8, 10))
     target = entmax_bisect(z, 1.7)
-    raw = torch.zeros((), dtype=torch.float64, requires_grad=True)  # α = 1 + softplus(raw)
+    raw = torch.zeros(
+        (), dtype=torch.float64, requires_grad=True
+    )  # α = 1 + softplus(raw)
     opt = torch.optim.Adam([raw], lr=0.1)
     for _ in range(300):
         opt.zero_grad()
@@ -82,23 +100,36 @@ def test_learnable_alpha_is_learned():
     assert abs(float(1 + torch.nn.functional.softplus(raw)) - 1.7) < 1e-3
 
 
-@pytest.mark.parametrize("ours,theirs,alpha", [
-    (sparsemax_loss, ref.sparsemax_loss, 2.0),
-    (entmax15_loss, ref.entmax15_loss, 1.5),
-    (lambda X, t: entmax_bisect_loss(X, t, 1.3), lambda X, t: ref.entmax_bisect_loss(X, t, 1.3), 1.3),
-    (lambda X, t: entmax_bisect_loss(X, t, 0.7), lambda X, t: ref.entmax_bisect_loss(X, t, 0.7), 0.7),
-])
+@pytest.mark.parametrize(
+    "ours,theirs,alpha",
+    [
+        (sparsemax_loss, ref.sparsemax_loss, 2.0),
+        (entmax15_loss, ref.entmax15_loss, 1.5),
+        (
+            lambda X, t: entmax_bisect_loss(X, t, 1.3),
+            lambda X, t: ref.entmax_bisect_loss(X, t, 1.3),
+            1.3,
+        ),
+        (
+            lambda X, t: entmax_bisect_loss(X, t, 0.7),
+            lambda X, t: ref.entmax_bisect_loss(X, t, 0.7),
+            0.7,
+        ),
+    ],
+)
 def test_fenchel_young_losses_match_the_package(ours, theirs, alpha):
     X = _z((7, 6)).requires_grad_()
     t = torch.arange(7) % 6
     a, b = ours(X, t), theirs(X, t)
-    ga, = torch.autograd.grad(a.sum(), X)
-    gb, = torch.autograd.grad(b.sum(), X)
+    (ga,) = torch.autograd.grad(a.sum(), X)
+    (gb,) = torch.autograd.grad(b.sum(), X)
     torch.testing.assert_close(a, b, rtol=0, atol=1e3 * EPS)
     torch.testing.assert_close(ga, gb, rtol=0, atol=1e3 * EPS)
     # gradient = p − e_y (the Fenchel–Young identity)
     p = entmax_bisect(X.detach(), alpha)
-    torch.testing.assert_close(ga, p - torch.nn.functional.one_hot(t, 6).double(), rtol=0, atol=1e3 * EPS)
+    torch.testing.assert_close(
+        ga, p - torch.nn.functional.one_hot(t, 6).double(), rtol=0, atol=1e3 * EPS
+    )
 
 
 @settings(max_examples=30)
@@ -110,35 +141,65 @@ def test_losses_are_non_negative_and_zero_on_a_confident_correct_score(seed, alp
     assert bool((loss >= -1e3 * EPS).all())
     X_conf = X.clone()
     X_conf[torch.arange(5), t] += 50.0  # p = e_y exactly for α > 1
-    torch.testing.assert_close(entmax_bisect_loss(X_conf, t, alpha), torch.zeros(5, dtype=torch.float64),
-                               rtol=0, atol=1e3 * EPS * 50)
+    torch.testing.assert_close(
+        entmax_bisect_loss(X_conf, t, alpha),
+        torch.zeros(5, dtype=torch.float64),
+        rtol=0,
+        atol=1e3 * EPS * 50,
+    )
 
 
 def test_alpha_one_loss_is_cross_entropy_and_alpha_gradient_by_gradcheck():
     X = _z((6, 5)).requires_grad_()
     t = torch.arange(6) % 5
     ce = torch.nn.functional.cross_entropy(X, t, reduction="none")
-    torch.testing.assert_close(entmax_bisect_loss(X, t, 1.0), ce, rtol=0, atol=1e2 * EPS)
+    torch.testing.assert_close(
+        entmax_bisect_loss(X, t, 1.0), ce, rtol=0, atol=1e2 * EPS
+    )
     alpha = torch.full((6, 1), 1.4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, a: entmax_bisect_loss(x, t, a, n_iter=200), (X, alpha))
+    assert torch.autograd.gradcheck(
+        lambda x, a: entmax_bisect_loss(x, t, a, n_iter=200), (X, alpha)
+    )
 
 
 def test_tsallis_entropy_limits():
     p = torch.softmax(_z((3, 5)), -1)
     shannon = -(p * p.log()).sum(-1)
     torch.testing.assert_close(lb.tsallis_entropy(p, 1.0), shannon)
-    torch.testing.assert_close(lb.tsallis_entropy(p, 1 + 1e-6), shannon, rtol=1e-5, atol=0)
+    torch.testing.assert_close(
+        lb.tsallis_entropy(p, 1 + 1e-6), shannon, rtol=1e-5, atol=0
+    )
     torch.testing.assert_close(lb.tsallis_entropy(p, 2.0), (1 - (p**2).sum(-1)) / 2)
 
 
-@pytest.mark.parametrize("call,exc,word", [
-    (lambda: sparsemax_loss(torch.randn(3, 4), torch.tensor([0, 1, 4])), ValueError, "target"),
-    (lambda: sparsemax_loss(torch.randn(3, 4), torch.tensor([0.0, 1.0, 2.0])), TypeError, "target"),
-    (lambda: entmax15_loss(torch.randn(3, 4), torch.tensor([0, 1])), ValueError, "target"),
-    (lambda: entmax15_loss(torch.randn(4), torch.tensor([0])), ValueError, "X"),
-    (lambda: entmax_bisect_loss(torch.randn(3, 4), torch.tensor([0, 1, 2]), math.nan), ValueError,
-     "alpha"),
-])
+@pytest.mark.parametrize(
+    "call,exc,word",
+    [
+        (
+            lambda: sparsemax_loss(torch.randn(3, 4), torch.tensor([0, 1, 4])),
+            ValueError,
+            "target",
+        ),
+        (
+            lambda: sparsemax_loss(torch.randn(3, 4), torch.tensor([0.0, 1.0, 2.0])),
+            TypeError,
+            "target",
+        ),
+        (
+            lambda: entmax15_loss(torch.randn(3, 4), torch.tensor([0, 1])),
+            ValueError,
+            "target",
+        ),
+        (lambda: entmax15_loss(torch.randn(4), torch.tensor([0])), ValueError, "X"),
+        (
+            lambda: entmax_bisect_loss(
+                torch.randn(3, 4), torch.tensor([0, 1, 2]), math.nan
+            ),
+            ValueError,
+            "alpha",
+        ),
+    ],
+)
 def test_loss_bad_inputs(call, exc, word):
     with pytest.raises(exc, match=word):
         call()
@@ -152,7 +213,9 @@ def test_newton_forward_for_attention_matches_the_package(dtype):
 
     z = _z((4, 3, 6, 6)).to(dtype)
     z = z.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), -math.inf) * 3
-    alpha = torch.tensor([1.01, 1.5, 2.0], dtype=dtype).view(1, 3, 1, 1).requires_grad_()
+    alpha = (
+        torch.tensor([1.01, 1.5, 2.0], dtype=dtype).view(1, 3, 1, 1).requires_grad_()
+    )
     zg = z.clone().requires_grad_()
     g = _z((4, 3, 6, 6), seed=2).to(dtype)
     p = entmax_alpha_newton(zg, alpha)
@@ -160,9 +223,17 @@ def test_newton_forward_for_attention_matches_the_package(dtype):
     z64, a64 = z.double().requires_grad_(), alpha.detach().double().requires_grad_()
     q = ref.entmax_bisect(z64, a64.expand(4, 3, 6, 1), n_iter=200)
     gz_ref, ga_ref = torch.autograd.grad((q * g.double()).sum(), (z64, a64))
-    eps = torch.finfo(dtype).eps  # p = x^r with r ≤ 100: an ulp in τ moves p by ≤ 100 ulps
+    eps = torch.finfo(
+        dtype
+    ).eps  # p = x^r with r ≤ 100: an ulp in τ moves p by ≤ 100 ulps
     torch.testing.assert_close(p.double(), q, rtol=0, atol=200 * eps)
-    torch.testing.assert_close(gz.double(), gz_ref, rtol=0, atol=1e3 * eps * float(g.abs().max()))
-    torch.testing.assert_close(ga.double(), ga_ref, rtol=0, atol=1e5 * eps * float(ga_ref.abs().max()))
-    dead = entmax_alpha_newton(torch.full((2, 3), -math.inf, dtype=dtype), torch.tensor([[1.5]], dtype=dtype))
+    torch.testing.assert_close(
+        gz.double(), gz_ref, rtol=0, atol=1e3 * eps * float(g.abs().max())
+    )
+    torch.testing.assert_close(
+        ga.double(), ga_ref, rtol=0, atol=1e5 * eps * float(ga_ref.abs().max())
+    )
+    dead = entmax_alpha_newton(
+        torch.full((2, 3), -math.inf, dtype=dtype), torch.tensor([[1.5]], dtype=dtype)
+    )
     assert bool(torch.isnan(dead).all())

@@ -1,4 +1,5 @@
 """The scikit-learn estimators: every estimator check, pipelines, grid search, and oracles."""
+
 import numpy as np
 import pytest
 import torch
@@ -11,13 +12,23 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import localbook as lb
-from localbook.estimators import LocalLinearRegressor, LocalModeClassifier, NadarayaWatsonRegressor
+from localbook.estimators import (
+    LocalLinearRegressor,
+    LocalModeClassifier,
+    NadarayaWatsonRegressor,
+)
 
 EPS = np.finfo(np.float64).eps
 
 
-@parametrize_with_checks([NadarayaWatsonRegressor(), LocalLinearRegressor(), LocalModeClassifier(),
-                          NadarayaWatsonRegressor(kernel="epanechnikov", bandwidth=3.0)])
+@parametrize_with_checks(
+    [
+        NadarayaWatsonRegressor(),
+        LocalLinearRegressor(),
+        LocalModeClassifier(),
+        NadarayaWatsonRegressor(kernel="epanechnikov", bandwidth=3.0),
+    ]
+)
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -34,8 +45,13 @@ def _data(n=120, d=2, seed=0):
     return X, y
 
 
-@pytest.mark.parametrize("cls,fn", [(NadarayaWatsonRegressor, lb.nadaraya_watson),
-                                    (LocalLinearRegressor, lb.local_linear)])
+@pytest.mark.parametrize(
+    "cls,fn",
+    [
+        (NadarayaWatsonRegressor, lb.nadaraya_watson),
+        (LocalLinearRegressor, lb.local_linear),
+    ],
+)
 def test_regressors_return_numpy_equal_to_the_torch_functions(cls, fn):
     X, y = _data()
     Xq = X[:7] + 0.05
@@ -50,7 +66,9 @@ def test_nadaraya_watson_regressor_against_a_direct_numpy_sum():
     w = np.exp(-((Xq[:, None, :] - X[None]) ** 2).sum(-1) / (2 * 0.5**2))
     direct = (w @ y) / w.sum(1)
     pred = NadarayaWatsonRegressor(bandwidth=0.5).fit(X, y).predict(Xq)
-    np.testing.assert_allclose(pred, direct, rtol=0, atol=60 * EPS * np.abs(y).max() * 10)
+    np.testing.assert_allclose(
+        pred, direct, rtol=0, atol=60 * EPS * np.abs(y).max() * 10
+    )
 
 
 def test_multi_output_regression_keeps_the_columns():
@@ -65,13 +83,20 @@ def test_pipeline_with_scaler_and_grid_search_over_bandwidth():
     X, y = _data(n=150)
     X = X * np.array([100.0, 0.01])  # very different scales: the scaler matters
     pipe = make_pipeline(StandardScaler(), NadarayaWatsonRegressor())
-    grid = GridSearchCV(pipe, {"nadarayawatsonregressor__bandwidth": [0.05, 0.2, 0.5, 2.0]}, cv=3)
+    grid = GridSearchCV(
+        pipe, {"nadarayawatsonregressor__bandwidth": [0.05, 0.2, 0.5, 2.0]}, cv=3
+    )
     grid.fit(X, y)
     assert grid.best_params_["nadarayawatsonregressor__bandwidth"] in (0.2, 0.5)
-    assert grid.best_score_ > 0.8  # R² of a smooth sine with noise sd 0.1 (noise share ~2 %)
+    assert (
+        grid.best_score_ > 0.8
+    )  # R² of a smooth sine with noise sd 0.1 (noise share ~2 %)
     Xb, yb = make_blobs(n_samples=200, centers=3, random_state=0)
-    clf = GridSearchCV(make_pipeline(StandardScaler(), LocalModeClassifier()),
-                       {"localmodeclassifier__bandwidth": [0.1, 0.3, 1.0]}, cv=3).fit(Xb, yb)
+    clf = GridSearchCV(
+        make_pipeline(StandardScaler(), LocalModeClassifier()),
+        {"localmodeclassifier__bandwidth": [0.1, 0.3, 1.0]},
+        cv=3,
+    ).fit(Xb, yb)
     assert clf.best_score_ > 0.9
 
 
@@ -86,7 +111,7 @@ def test_loo_bandwidth_is_the_closed_form_choice_and_matches_refits():
     for i in range(len(y)):
         keep = np.arange(len(y)) != i
         fit = NadarayaWatsonRegressor(bandwidth=h).fit(X[keep], y[keep])
-        resid.append(y[i] - fit.predict(X[i:i + 1])[0])
+        resid.append(y[i] - fit.predict(X[i : i + 1])[0])
     best = float(sel.scores.min())
     np.testing.assert_allclose(np.mean(np.square(resid)), best, rtol=1e3 * len(y) * EPS)
 
@@ -99,14 +124,18 @@ def test_uniform_kernel_mode_classifier_is_radius_neighbours_voting(seed, radius
     y = rng.integers(0, 3, size=40)
     Xq = rng.uniform(-2, 2, size=(15, 2))
     ours = LocalModeClassifier(bandwidth=radius, kernel="uniform").fit(X, y)
-    ref = RadiusNeighborsClassifier(radius=radius, outlier_label="most_frequent").fit(X, y)
+    ref = RadiusNeighborsClassifier(radius=radius, outlier_label="most_frequent").fit(
+        X, y
+    )
     d = np.sqrt(((Xq[:, None] - X[None]) ** 2).sum(-1))
     inside = (d <= radius).any(1)
     # stay clear of points exactly on the boundary (float rounding decides them differently)
     clear = np.abs(d - radius).min(1) > 1e-9
     q = Xq[inside & clear]
     if len(q):
-        np.testing.assert_allclose(ours.predict_proba(q), ref.predict_proba(q), atol=10 * EPS)
+        np.testing.assert_allclose(
+            ours.predict_proba(q), ref.predict_proba(q), atol=10 * EPS
+        )
         # ties: both take the first class in sorted order
         np.testing.assert_array_equal(ours.predict(q), ref.predict(q))
 
@@ -125,7 +154,9 @@ def test_mode_classifier_is_the_plug_in_bayes_rule_with_class_kdes():
     X, y = make_blobs(n_samples=90, centers=3, random_state=1)
     Xq = np.random.default_rng(2).normal(size=(20, 2)) * 3
     h = 0.8
-    post = np.stack([(y == c).mean() * lb.kde(Xq, X[y == c], h).numpy() for c in range(3)], 1)
+    post = np.stack(
+        [(y == c).mean() * lb.kde(Xq, X[y == c], h).numpy() for c in range(3)], 1
+    )
     post /= post.sum(1, keepdims=True)
     proba = LocalModeClassifier(bandwidth=h).fit(X, y).predict_proba(Xq)
     np.testing.assert_allclose(proba, post, rtol=1e-9, atol=1e-12)
@@ -146,7 +177,11 @@ def test_bad_parameters_are_named():
 def test_local_mode_classify_function_matches_one_hot_nadaraya_watson():
     X, y = _data(n=50)
     labels = (y > 0).astype(int) + (X[:, 1] > 0)
-    pred, proba, classes = lb.local_mode_classify(X[:6], X, labels, 0.5, return_proba=True)
+    pred, proba, classes = lb.local_mode_classify(
+        X[:6], X, labels, 0.5, return_proba=True
+    )
     onehot = np.eye(3)[labels]
-    np.testing.assert_allclose(proba.numpy(), lb.nadaraya_watson(X[:6], X, onehot, 0.5).numpy())
+    np.testing.assert_allclose(
+        proba.numpy(), lb.nadaraya_watson(X[:6], X, onehot, 0.5).numpy()
+    )
     assert torch.equal(pred, classes[proba.argmax(1)])

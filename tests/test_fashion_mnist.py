@@ -4,6 +4,7 @@ download), how they are verified (published gzip md5 or decompressed SHA-256), a
 No network: the URL opener is replaced, and the system folder is pointed at the test's own files
 (the real Debian copy is used only by the last test, and only where it is installed).
 """
+
 import gzip
 import hashlib
 import io
@@ -26,7 +27,9 @@ def _no_system_copy_no_home(monkeypatch, tmp_path):
 
 # --- download, verification, cache --------------------------------------------------------
 def _idx_bytes(arr: np.ndarray) -> bytes:
-    header = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in arr.shape)
+    header = bytes([0, 0, 0x08, arr.ndim]) + b"".join(
+        int(s).to_bytes(4, "big") for s in arr.shape
+    )
     return gzip.compress(header + arr.astype(np.uint8).tobytes())
 
 
@@ -46,8 +49,14 @@ def _small_split(monkeypatch, tmp_path, n=5):
     rng = np.random.default_rng(0)
     imgs = rng.integers(0, 256, (n, 28, 28)).astype(np.uint8)
     labels = rng.integers(0, 10, n).astype(np.uint8)
-    payloads = {"t10k-images-idx3-ubyte.gz": _idx_bytes(imgs), "t10k-labels-idx1-ubyte.gz": _idx_bytes(labels)}
-    for name, data in payloads.items():  # the test's own files stand in for the official ones
+    payloads = {
+        "t10k-images-idx3-ubyte.gz": _idx_bytes(imgs),
+        "t10k-labels-idx1-ubyte.gz": _idx_bytes(labels),
+    }
+    for (
+        name,
+        data,
+    ) in payloads.items():  # the test's own files stand in for the official ones
         monkeypatch.setitem(fm.FASHION_MNIST_MD5, name, hashlib.md5(data).hexdigest())
     opener = _FakeOpener(payloads)
     monkeypatch.setattr(fm, "_urlopen", opener)
@@ -59,7 +68,10 @@ def test_download_verify_cache_and_decode(monkeypatch, tmp_path):
     X, y = fm.load_fashion_mnist("test", cache_dir=tmp_path)
     np.testing.assert_array_equal(X, imgs)
     np.testing.assert_array_equal(y, labels)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    ]
     n_calls = len(opener.calls)
     fm.load_fashion_mnist("test", cache_dir=tmp_path)  # cached: no new download
     assert len(opener.calls) == n_calls
@@ -68,16 +80,26 @@ def test_download_verify_cache_and_decode(monkeypatch, tmp_path):
 def test_checksum_failure_raises_and_leaves_no_partial_file(monkeypatch, tmp_path):
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
     # restore the published checksum: the fake file no longer matches it
-    monkeypatch.setitem(fm.FASHION_MNIST_MD5, "t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79")
-    with pytest.raises(RuntimeError, match="checksum mismatch for t10k-images-idx3-ubyte.gz"):
+    monkeypatch.setitem(
+        fm.FASHION_MNIST_MD5,
+        "t10k-images-idx3-ubyte.gz",
+        "bef4ecab320f06d8554ea6380940ec79",
+    )
+    with pytest.raises(
+        RuntimeError, match="checksum mismatch for t10k-images-idx3-ubyte.gz"
+    ):
         fm.fetch_fashion_mnist_file("t10k-images-idx3-ubyte.gz", tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_corrupt_cache_is_replaced_and_network_errors_try_next_mirror(monkeypatch, tmp_path):
+def test_corrupt_cache_is_replaced_and_network_errors_try_next_mirror(
+    monkeypatch, tmp_path
+):
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(b"garbage")
-    path = fm.fetch_fashion_mnist_file("t10k-labels-idx1-ubyte.gz", tmp_path, mirrors=("http://down/", "http://ok/x/"))
+    path = fm.fetch_fashion_mnist_file(
+        "t10k-labels-idx1-ubyte.gz", tmp_path, mirrors=("http://down/", "http://ok/x/")
+    )
     np.testing.assert_array_equal(fm.read_idx(path), labels)
     opener.payloads.clear()
     (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
@@ -96,11 +118,15 @@ def test_no_download_when_not_allowed(monkeypatch, tmp_path):
 
 def test_read_idx_rejects_bad_files(tmp_path):
     bad = tmp_path / "bad.gz"
-    bad.write_bytes(gzip.compress(b"\x00\x00\x0d\x01" + (3).to_bytes(4, "big") + b"abc"))
+    bad.write_bytes(
+        gzip.compress(b"\x00\x00\x0d\x01" + (3).to_bytes(4, "big") + b"abc")
+    )
     with pytest.raises(ValueError, match="magic"):
         fm.read_idx(bad)
     short = tmp_path / "short.gz"
-    short.write_bytes(gzip.compress(b"\x00\x00\x08\x01" + (5).to_bytes(4, "big") + b"abc"))
+    short.write_bytes(
+        gzip.compress(b"\x00\x00\x08\x01" + (5).to_bytes(4, "big") + b"abc")
+    )
     with pytest.raises(ValueError, match="header announces"):
         fm.read_idx(short)
 
@@ -109,7 +135,9 @@ def _sha256_content(data: bytes) -> str:
     return hashlib.sha256(gzip.decompress(data)).hexdigest()
 
 
-def test_system_copy_is_found_before_the_cache_and_never_downloaded(monkeypatch, tmp_path):
+def test_system_copy_is_found_before_the_cache_and_never_downloaded(
+    monkeypatch, tmp_path
+):
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
     system = tmp_path / "system"
     system.mkdir()
@@ -120,7 +148,10 @@ def test_system_copy_is_found_before_the_cache_and_never_downloaded(monkeypatch,
     np.testing.assert_array_equal(X, imgs)
     np.testing.assert_array_equal(y, labels)
     assert opener.calls == []
-    assert fm.find_fashion_mnist_file("t10k-images-idx3-ubyte.gz") == system / "t10k-images-idx3-ubyte.gz"
+    assert (
+        fm.find_fashion_mnist_file("t10k-images-idx3-ubyte.gz")
+        == system / "t10k-images-idx3-ubyte.gz"
+    )
 
 
 def test_recompressed_copy_verifies_by_its_decompressed_content(monkeypatch, tmp_path):
@@ -128,14 +159,21 @@ def test_recompressed_copy_verifies_by_its_decompressed_content(monkeypatch, tmp
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
     name = "t10k-images-idx3-ubyte.gz"
     official = opener.payloads[name]
-    recompressed = gzip.compress(gzip.decompress(official), compresslevel=1, mtime=12345)
-    assert recompressed != official and hashlib.md5(recompressed).hexdigest() != fm.FASHION_MNIST_MD5[name]
+    recompressed = gzip.compress(
+        gzip.decompress(official), compresslevel=1, mtime=12345
+    )
+    assert (
+        recompressed != official
+        and hashlib.md5(recompressed).hexdigest() != fm.FASHION_MNIST_MD5[name]
+    )
     monkeypatch.setitem(fm.FASHION_MNIST_SHA256, name, _sha256_content(official))
     system = tmp_path / "system"
     system.mkdir()
     (system / name).write_bytes(recompressed)
     monkeypatch.setattr(fm, "FASHION_MNIST_SYSTEM_DIRS", (system,))
-    np.testing.assert_array_equal(fm.read_idx(fm.fetch_fashion_mnist_file(name, download=False)), imgs)
+    np.testing.assert_array_equal(
+        fm.read_idx(fm.fetch_fashion_mnist_file(name, download=False)), imgs
+    )
     # one changed pixel: neither checksum matches, the system copy is skipped (and left alone)
     raw = bytearray(gzip.decompress(official))
     raw[-1] ^= 1
@@ -155,13 +193,18 @@ def test_explicit_folder_and_environment_variable_come_first(monkeypatch, tmp_pa
     monkeypatch.setenv("LOCALBOOK_DATA", str(tmp_path / "mine"))
     X, _ = fm.load_fashion_mnist("test", download=False)
     np.testing.assert_array_equal(X, imgs)
-    assert fm.find_fashion_mnist_file("t10k-labels-idx1-ubyte.gz") == mine / "t10k-labels-idx1-ubyte.gz"
+    assert (
+        fm.find_fashion_mnist_file("t10k-labels-idx1-ubyte.gz")
+        == mine / "t10k-labels-idx1-ubyte.gz"
+    )
     assert opener.calls == []
 
 
 def test_the_user_cache_is_used_without_an_explicit_folder(monkeypatch, tmp_path):
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
-    X, _ = fm.load_fashion_mnist("test")  # downloads into ~/.cache/localbook/fashion-mnist
+    X, _ = fm.load_fashion_mnist(
+        "test"
+    )  # downloads into ~/.cache/localbook/fashion-mnist
     cache = Path(tmp_path / "home" / ".cache" / "localbook" / "fashion-mnist")
     assert sorted(p.name for p in cache.iterdir()) == sorted(opener.payloads)
     n_calls = len(opener.calls)
@@ -170,10 +213,14 @@ def test_the_user_cache_is_used_without_an_explicit_folder(monkeypatch, tmp_path
     assert len(opener.calls) == n_calls
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists(),
-                    reason="Debian's dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists(),
+    reason="Debian's dataset-fashion-mnist is not installed",
+)
 def test_the_real_system_copy_matches_the_shipped_subset(monkeypatch):
-    monkeypatch.setattr(fm, "FASHION_MNIST_SYSTEM_DIRS", (Path("/usr/share/datasets/fashion-mnist"),))
+    monkeypatch.setattr(
+        fm, "FASHION_MNIST_SYSTEM_DIRS", (Path("/usr/share/datasets/fashion-mnist"),)
+    )
     X, y = fm.load_fashion_mnist("test", download=False)
     assert X.shape == (10000, 28, 28) and y.shape == (10000,)
     sub_x, sub_y = lb.datasets.load_fashion_mnist_subset()

@@ -1,4 +1,5 @@
 """Tests of localbook.impute: the two-layer local-mean imputer (images and tabular data)."""
+
 import math
 
 import numpy as np
@@ -48,7 +49,9 @@ def test_pixel_local_mean_matches_brute_force():
             if np.isnan(X[i, p]):
                 obs = ~np.isnan(X[i])
                 w = np.exp(-((pos[obs] - pos[p]) ** 2).sum(1) / (2 * h * h))
-                assert out[i, p] == pytest.approx((w * X[i, obs]).sum() / w.sum(), rel=1e-10)
+                assert out[i, p] == pytest.approx(
+                    (w * X[i, obs]).sum() / w.sum(), rel=1e-10
+                )
             else:
                 assert out[i, p] == X[i, p]
 
@@ -80,8 +83,12 @@ def test_nan_sq_distances_matches_sklearn():
     A[rng.random(A.shape) < 0.3] = np.nan
     B[rng.random(B.shape) < 0.3] = np.nan
     d2, common = nan_sq_distances(A, B)
-    np.testing.assert_allclose(np.sqrt(d2.numpy()), nan_euclidean_distances(A, B), rtol=1e-9, atol=1e-12)
-    np.testing.assert_array_equal(common.numpy(), (~np.isnan(A)).astype(int) @ (~np.isnan(B)).astype(int).T)
+    np.testing.assert_allclose(
+        np.sqrt(d2.numpy()), nan_euclidean_distances(A, B), rtol=1e-9, atol=1e-12
+    )
+    np.testing.assert_array_equal(
+        common.numpy(), (~np.isnan(A)).astype(int) @ (~np.isnan(B)).astype(int).T
+    )
 
 
 def test_image_local_mean_prefers_observed_values():
@@ -90,7 +97,9 @@ def test_image_local_mean_prefers_observed_values():
     X_ref = np.array([[0.5, 0.5, 1.0], [0.5, 0.5, np.nan]])
     Z_ref = np.array([[0.5, 0.5, 1.0], [0.5, 0.5, 0.0]])
     for lam in [1.0, 0.3, 0.01]:
-        out = image_local_mean(Xq, X_ref, Z_ref, n_neighbors=2, imputed_weight=lam).numpy()
+        out = image_local_mean(
+            Xq, X_ref, Z_ref, n_neighbors=2, imputed_weight=lam
+        ).numpy()
         assert out[0, 2] == pytest.approx(1.0 / (1.0 + lam))
 
 
@@ -110,7 +119,11 @@ def test_observed_untouched_and_beats_mean_imputation(mask_kind):
     from sklearn.impute import SimpleImputer
 
     X = _fashion(60)
-    mask = missing_at_random_mask(X.shape, 0.5, seed=0) if mask_kind == "mar" else block_mask(60, (28, 28), 10, seed=0)
+    mask = (
+        missing_at_random_mask(X.shape, 0.5, seed=0)
+        if mask_kind == "mar"
+        else block_mask(60, (28, 28), 10, seed=0)
+    )
     Xm = _masked(X, mask)
     out = LocalMeanImputer((28, 28)).fit_transform(Xm)
     assert isinstance(out, np.ndarray) and out.shape == X.shape
@@ -125,8 +138,12 @@ def test_two_layers_beat_each_layer_alone_on_blocks():
     X = _fashion(80)
     mask = block_mask(80, (28, 28), 10, seed=1)
     Xm = _masked(X, mask)
-    scores = {lay: rmse_missing(LocalMeanImputer((28, 28), layers=lay).fit_transform(Xm), X, mask)
-              for lay in ["pixel", "image", "both"]}
+    scores = {
+        lay: rmse_missing(
+            LocalMeanImputer((28, 28), layers=lay).fit_transform(Xm), X, mask
+        )
+        for lay in ["pixel", "image", "both"]
+    }
     assert scores["both"] < scores["pixel"] and scores["both"] < scores["image"]
 
 
@@ -138,7 +155,11 @@ def test_fit_transform_equals_fit_then_transform_and_tensor_io(device):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
     t = torch.as_tensor(Xm, device=device)
     c = LocalMeanImputer((28, 28)).fit_transform(t)
-    assert isinstance(c, torch.Tensor) and c.device.type == device.type and c.dtype == torch.float64
+    assert (
+        isinstance(c, torch.Tensor)
+        and c.device.type == device.type
+        and c.dtype == torch.float64
+    )
     np.testing.assert_allclose(c.cpu().numpy(), a, atol=1e-9)
 
 
@@ -165,17 +186,22 @@ def test_image_layer_alone_is_kernel_knn_on_observed_values():
 def test_identical_rows_are_not_neighbours_but_equal_looking_rows_are():
     # the module docstring: the query itself and exact copies of it (same values, same NaNs)
     # are left out of its neighbourhood; a different row at distance 0 is not
-    Xm = np.array([[0.2, 0.4, np.nan, 0.8],
-                   [0.2, 0.4, np.nan, 0.8],   # exact copy of row 0
-                   [0.2, 0.4, 0.9, np.nan],   # distance 0 to row 0 on the shared pixels
-                   [0.7, 0.1, 0.3, 0.5]])
+    Xm = np.array(
+        [
+            [0.2, 0.4, np.nan, 0.8],
+            [0.2, 0.4, np.nan, 0.8],  # exact copy of row 0
+            [0.2, 0.4, 0.9, np.nan],  # distance 0 to row 0 on the shared pixels
+            [0.7, 0.1, 0.3, 0.5],
+        ]
+    )
     imp = LocalMeanImputer(layers="image", n_neighbors=1).fit(Xm)
     out = imp.transform(Xm[:1])
     assert out[0, 2] == pytest.approx(0.9)  # from row 2, not from row 0 or its copy
     assert imp.fit_transform(Xm)[0, 2] == pytest.approx(0.9)
     # with row 2 removed the nearest non-identical row is row 3
     assert LocalMeanImputer(layers="image", n_neighbors=1).fit(Xm[[0, 1, 3]]).transform(
-        Xm[:1])[0, 2] == pytest.approx(0.3)
+        Xm[:1]
+    )[0, 2] == pytest.approx(0.3)
 
 
 def test_large_image_weight_gives_the_image_level_without_the_image_itself():
@@ -184,10 +210,13 @@ def test_large_image_weight_gives_the_image_level_without_the_image_itself():
     X = _fashion(40)
     Xm = _masked(X, missing_at_random_mask(X.shape, 0.5, seed=7))
     beta = 1e8
-    out = LocalMeanImputer((28, 28), image_weight=beta, pixel_bandwidth=0.7).fit_transform(Xm)
+    out = LocalMeanImputer(
+        (28, 28), image_weight=beta, pixel_bandwidth=0.7
+    ).fit_transform(Xm)
     z, S = pixel_local_mean(Xm, (28, 28), bandwidth=0.7, return_mass=True)
-    zhat = image_local_mean(Xm, Xm, z, n_neighbors=10, imputed_weight=0.3,
-                            exclude=np.eye(40, dtype=bool)).numpy()
+    zhat = image_local_mean(
+        Xm, Xm, z, n_neighbors=10, imputed_weight=0.3, exclude=np.eye(40, dtype=bool)
+    ).numpy()
     miss = np.isnan(Xm)
     bound = S.numpy() / beta + 784 * np.finfo(float).eps
     assert np.all(np.abs(out - zhat)[miss] <= bound[miss])
@@ -226,13 +255,29 @@ def test_property_observed_kept_and_output_within_observed_range(seed, rate):
         ({"image_shape": (5, 5)}, np.zeros((3, 24)), "image_shape"),
         ({"layers": "both"}, np.zeros((3, 25)), "image_shape"),
         ({"layers": "pixel"}, np.zeros((3, 25)), "image_shape"),
-        ({"image_shape": (5, 5), "image_weight": "automatic"}, np.zeros((3, 25)), "image_weight"),
+        (
+            {"image_shape": (5, 5), "image_weight": "automatic"},
+            np.zeros((3, 25)),
+            "image_weight",
+        ),
         ({"image_shape": (5, 5), "holdout": 1.0}, np.zeros((3, 25)), "holdout"),
         ({"image_shape": (5, 5), "layers": "deep"}, np.zeros((3, 25)), "layers"),
         ({"image_shape": (5, 5), "n_neighbors": 0}, np.zeros((3, 25)), "n_neighbors"),
-        ({"image_shape": (5, 5), "pixel_bandwidth": -1.0}, np.zeros((3, 25)), "pixel_bandwidth"),
-        ({"image_shape": (5, 5), "image_weight": 0.0}, np.zeros((3, 25)), "image_weight"),
-        ({"image_shape": (5, 5), "imputed_weight": 1.5}, np.zeros((3, 25)), "imputed_weight"),
+        (
+            {"image_shape": (5, 5), "pixel_bandwidth": -1.0},
+            np.zeros((3, 25)),
+            "pixel_bandwidth",
+        ),
+        (
+            {"image_shape": (5, 5), "image_weight": 0.0},
+            np.zeros((3, 25)),
+            "image_weight",
+        ),
+        (
+            {"image_shape": (5, 5), "imputed_weight": 1.5},
+            np.zeros((3, 25)),
+            "imputed_weight",
+        ),
         ({"image_shape": (5, 5), "pixel_kernel": "boxy"}, np.zeros((3, 25)), "kernel"),
         ({"image_shape": (5, 5)}, np.zeros(25), "2D"),
         ({"image_shape": (5, 5)}, np.full((3, 25), np.inf), "infinity"),
@@ -260,7 +305,9 @@ def test_transform_errors():
 def test_mask_helpers():
     m = block_mask(5, (8, 8), 3, seed=0)
     assert m.shape == (5, 64) and np.all(m.sum(1) == 9)
-    assert missing_at_random_mask((100, 100), 0.3, seed=0).mean() == pytest.approx(0.3, abs=0.02)
+    assert missing_at_random_mask((100, 100), 0.3, seed=0).mean() == pytest.approx(
+        0.3, abs=0.02
+    )
     with pytest.raises(ValueError, match="rate"):
         missing_at_random_mask((2, 2), 1.0)
     with pytest.raises(ValueError, match="block"):
@@ -282,7 +329,9 @@ def test_image_local_mean_bad_inputs():
 
 
 # --- scikit-learn's estimator checks, tabular mode and the hold-out tuning ------------------------
-@parametrize_with_checks([LocalMeanImputer(), LocalMeanImputer(n_neighbors=3, image_kernel="epanechnikov")])
+@parametrize_with_checks(
+    [LocalMeanImputer(), LocalMeanImputer(n_neighbors=3, image_kernel="epanechnikov")]
+)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -299,13 +348,17 @@ def test_sparse_input_is_refused_with_a_clear_message():
 
 def test_tabular_mode_is_the_image_layer_on_raw_values():
     rng = np.random.default_rng(3)
-    X = rng.normal(size=(40, 6)) @ rng.normal(size=(6, 6))  # correlated columns, any scale
+    X = rng.normal(size=(40, 6)) @ rng.normal(
+        size=(6, 6)
+    )  # correlated columns, any scale
     mask = missing_at_random_mask(X.shape, 0.2, seed=1)
     Xm = _masked(X, mask)
     imp = LocalMeanImputer(n_neighbors=4)
     out = imp.fit_transform(Xm)
     assert imp.layers_ == "image" and imp.holdout_scores_ is None
-    np.testing.assert_array_equal(out, LocalMeanImputer(layers="image", n_neighbors=4).fit_transform(Xm))
+    np.testing.assert_array_equal(
+        out, LocalMeanImputer(layers="image", n_neighbors=4).fit_transform(Xm)
+    )
     np.testing.assert_array_equal(out[~mask], X[~mask])
     # each imputed value is a convex combination of its column's observed values
     lo, hi = np.nanmin(Xm, axis=0), np.nanmax(Xm, axis=0)
@@ -331,23 +384,38 @@ def test_auto_picks_the_grid_minimum_of_the_holdout_rmse():
     sc = imp.holdout_scores_
     assert sc["rmse"].shape == (len(PIXEL_BANDWIDTH_GRID), len(IMAGE_WEIGHT_GRID))
     a, b = np.unravel_index(np.argmin(sc["rmse"]), sc["rmse"].shape)
-    assert (imp.pixel_bandwidth_, imp.image_weight_) == (PIXEL_BANDWIDTH_GRID[a], IMAGE_WEIGHT_GRID[b])
+    assert (imp.pixel_bandwidth_, imp.image_weight_) == (
+        PIXEL_BANDWIDTH_GRID[a],
+        IMAGE_WEIGHT_GRID[b],
+    )
     # the score at the chosen pair is the RMSE of imputing the hidden values by hand
     hide = holdout_mask(Xm, imp.holdout, imp.random_state, 200)
     Xh = Xm.copy()
     Xh[hide] = np.nan
-    same = (np.nan_to_num(Xm, nan=-1)[:, None] == np.nan_to_num(Xm, nan=-1)[None]).all(-1)
+    same = (np.nan_to_num(Xm, nan=-1)[:, None] == np.nan_to_num(Xm, nan=-1)[None]).all(
+        -1
+    )
     z, S = pixel_local_mean(Xh, (28, 28), imp.pixel_bandwidth_, return_mass=True)
     zr = pixel_local_mean(Xm, (28, 28), imp.pixel_bandwidth_)
-    zhat = image_local_mean(Xh, Xm, zr, n_neighbors=10, imputed_weight=0.3, exclude=same).numpy()
+    zhat = image_local_mean(
+        Xh, Xm, zr, n_neighbors=10, imputed_weight=0.3, exclude=same
+    ).numpy()
     z, S = z.numpy(), S.numpy()
     est = (S * z + imp.image_weight_ * zhat) / (S + imp.image_weight_)
-    assert np.sqrt(np.mean((est[hide] - X[hide]) ** 2)) == pytest.approx(sc["rmse"][a, b], rel=1e-9)
+    assert np.sqrt(np.mean((est[hide] - X[hide]) ** 2)) == pytest.approx(
+        sc["rmse"][a, b], rel=1e-9
+    )
     # fixed values are used as given, with no tuning
     fixed = LocalMeanImputer((28, 28), pixel_bandwidth=0.9, image_weight=2.0).fit(Xm)
-    assert (fixed.pixel_bandwidth_, fixed.image_weight_, fixed.holdout_scores_) == (0.9, 2.0, None)
+    assert (fixed.pixel_bandwidth_, fixed.image_weight_, fixed.holdout_scores_) == (
+        0.9,
+        2.0,
+        None,
+    )
     only_beta = LocalMeanImputer((28, 28), pixel_bandwidth=0.9).fit(Xm)
-    assert only_beta.pixel_bandwidth_ == 0.9 and only_beta.holdout_scores_["rmse"].shape == (1, len(IMAGE_WEIGHT_GRID))
+    assert only_beta.pixel_bandwidth_ == 0.9 and only_beta.holdout_scores_[
+        "rmse"
+    ].shape == (1, len(IMAGE_WEIGHT_GRID))
 
 
 def test_holdout_never_sees_the_hidden_values_through_a_copy():
@@ -369,7 +437,13 @@ def test_auto_adapts_beta_to_the_resolution():
     Dm = _masked(D, mask)
     imp = LocalMeanImputer((8, 8))
     ours = rmse_missing(imp.fit_transform(Dm), D, mask)
-    fixed = rmse_missing(LocalMeanImputer((8, 8), pixel_bandwidth=0.7, image_weight=0.3).fit_transform(Dm), D, mask)
+    fixed = rmse_missing(
+        LocalMeanImputer((8, 8), pixel_bandwidth=0.7, image_weight=0.3).fit_transform(
+            Dm
+        ),
+        D,
+        mask,
+    )
     knn = rmse_missing(KNNImputer(n_neighbors=5).fit_transform(Dm), D, mask)
     assert ours < 0.85 * fixed and ours < 1.05 * knn
 

@@ -1,4 +1,5 @@
 """localbook.kernels: conventions, log forms, the chunked engine, validation helpers."""
+
 import math
 import warnings
 
@@ -13,7 +14,7 @@ from localbook.kernels import local_average, scaled_sq_dist
 
 U = torch.linspace(0, 2.5, 251, dtype=torch.float64)
 PROFILES = {
-    "gaussian": torch.exp(-U**2 / 2),
+    "gaussian": torch.exp(-(U**2) / 2),
     "laplacian": torch.exp(-U),
     "epanechnikov": torch.clamp(1 - U**2, min=0),
     "biweight": torch.clamp(1 - U**2, min=0) ** 2,
@@ -24,7 +25,9 @@ PROFILES = {
 
 @pytest.mark.parametrize("name", list(PROFILES))
 def test_profiles_follow_the_design_conventions(name):
-    torch.testing.assert_close(lb.kernel_profile(U, name), PROFILES[name], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(
+        lb.kernel_profile(U, name), PROFILES[name], rtol=1e-12, atol=1e-14
+    )
     k = lb.get_kernel(name)
     assert k.compact == (name not in ("gaussian", "laplacian"))
     assert float(k(torch.tensor(0.0, dtype=torch.float64))) == 1.0
@@ -42,7 +45,9 @@ def test_scaled_sq_dist_matches_cdist_with_per_dimension_bandwidth(device):
 def test_kernel_matrix_uses_per_dimension_bandwidth():
     x = torch.tensor([[0.0, 0.0], [1.0, 2.0]], dtype=torch.float64)
     K = lb.kernel_matrix(x, x, [1.0, 2.0])
-    torch.testing.assert_close(K[0, 1], torch.tensor(math.exp(-0.5 * (1 + 1)), dtype=torch.float64))
+    torch.testing.assert_close(
+        K[0, 1], torch.tensor(math.exp(-0.5 * (1 + 1)), dtype=torch.float64)
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -88,11 +93,26 @@ def test_datasets_are_seeded_and_shipped_data_verified():
     b = lb.datasets.make_regression_1d(50, seed=3)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     x, labels, centers = lb.datasets.make_blobs(90, centers=3, seed=1)
-    assert x.shape == (90, 2) and set(labels.tolist()) == {0, 1, 2} and centers.shape == (3, 2)
+    assert (
+        x.shape == (90, 2)
+        and set(labels.tolist()) == {0, 1, 2}
+        and centers.shape == (3, 2)
+    )
     text = lb.datasets.load_oliver_twist()
     assert text.count("CHAPTER ") >= 53 and "Oliver Twist" in text[:200]
     imgs, labs = lb.datasets.load_fashion_mnist_subset()
-    assert imgs.shape == (200, 28, 28) and labs[:10].tolist() == [9, 2, 1, 1, 6, 1, 4, 6, 5, 7]
+    assert imgs.shape == (200, 28, 28) and labs[:10].tolist() == [
+        9,
+        2,
+        1,
+        1,
+        6,
+        1,
+        4,
+        6,
+        5,
+        7,
+    ]
 
 
 def test_widgets_static_mode_draws_small_multiples(monkeypatch):
@@ -106,8 +126,11 @@ def test_widgets_static_mode_draws_small_multiples(monkeypatch):
         calls.append((h, kernel))
         ax.plot([0, 1], [0, h])
 
-    fig = lb.widgets.interactive_figure(plot, {"h": (0.1, 1.0, 0.1), "kernel": ["gaussian", "uniform"]},
-                                        [{"h": 0.2, "kernel": "gaussian"}, {"h": 0.5, "kernel": "uniform"}])
+    fig = lb.widgets.interactive_figure(
+        plot,
+        {"h": (0.1, 1.0, 0.1), "kernel": ["gaussian", "uniform"]},
+        [{"h": 0.2, "kernel": "gaussian"}, {"h": 0.5, "kernel": "uniform"}],
+    )
     assert calls == [(0.2, "gaussian"), (0.5, "uniform")]
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 2
     with pytest.raises(ValueError, match="static must list"):
@@ -122,7 +145,11 @@ def test_knn_search_matches_sklearn_and_brute_force(device):
     x = torch.randn(300, 3, generator=g, dtype=torch.float64)
     q = torch.randn(40, 3, generator=g, dtype=torch.float64)
     dist, idx = lb.knn_search(q.to(device), x.to(device), 6)
-    assert dist.device.type == device.type and idx.dtype == torch.long and dist.shape == (40, 6)
+    assert (
+        dist.device.type == device.type
+        and idx.dtype == torch.long
+        and dist.shape == (40, 6)
+    )
     ref_d, ref_i = NearestNeighbors(n_neighbors=6).fit(x.numpy()).kneighbors(q.numpy())
     np.testing.assert_array_equal(idx.cpu().numpy(), ref_i)
     # squared distances by a matrix product: rounding at the scale of |x|², then a square root
@@ -140,9 +167,14 @@ def test_knn_search_chunks_give_the_same_answer(monkeypatch):
     import localbook.kernels as kern
 
     g = torch.Generator().manual_seed(4)
-    x, q = torch.randn(200, 2, generator=g, dtype=torch.float64), torch.randn(50, 2, generator=g, dtype=torch.float64)
+    x, q = (
+        torch.randn(200, 2, generator=g, dtype=torch.float64),
+        torch.randn(50, 2, generator=g, dtype=torch.float64),
+    )
     full = lb.knn_search(q, x, 4)
-    monkeypatch.setattr(kern, "CPU_MEMORY_BUDGET", 4 * 200 * 8 * 3)  # three query rows per chunk
+    monkeypatch.setattr(
+        kern, "CPU_MEMORY_BUDGET", 4 * 200 * 8 * 3
+    )  # three query rows per chunk
     assert kern.chunk_rows(50, 200, 1, 8) == 3
     small = lb.knn_search(q, x, 4)
     assert torch.equal(small[1], full[1])
@@ -155,13 +187,19 @@ def test_chunk_rows_picks_the_budget_by_device():
 
     per_row = 4 * 1000 * 8
     assert chunk_rows(10**6, 1000, 1, 8, None, "cpu") == CPU_MEMORY_BUDGET // per_row
-    assert chunk_rows(10**6, 1000, 1, 8, None, "meta") == MEMORY_BUDGET // per_row  # an accelerator
-    assert chunk_rows(10**6, 1000, 1, 8, per_row * 5, "cpu") == 5  # an explicit budget wins
+    assert (
+        chunk_rows(10**6, 1000, 1, 8, None, "meta") == MEMORY_BUDGET // per_row
+    )  # an accelerator
+    assert (
+        chunk_rows(10**6, 1000, 1, 8, per_row * 5, "cpu") == 5
+    )  # an explicit budget wins
     assert chunk_rows(3, 1000, 1, 8, None, "cpu") == 3
 
 
 def test_check_finite_counts_bad_entries_and_accepts_overflowing_sums():
-    big = torch.full((4, 3), torch.finfo(torch.float32).max)  # every entry finite, the sum is inf
+    big = torch.full(
+        (4, 3), torch.finfo(torch.float32).max
+    )  # every entry finite, the sum is inf
     assert V.check_finite(big, "q") is big
     t = torch.zeros(5, 2, 3)
     t[1, 0, 2], t[4, 1, 1] = math.nan, -math.inf
@@ -173,11 +211,17 @@ def test_check_finite_counts_bad_entries_and_accepts_overflowing_sums():
 
 
 def test_one_empty_neighbourhood_warning():
-    with pytest.warns(UserWarning, match="3 of 7 queries have no neighbour; their estimates are NaN"):
+    with pytest.warns(
+        UserWarning, match="3 of 7 queries have no neighbour; their estimates are NaN"
+    ):
         V.warn_empty(3, 7, "have no neighbour")
-    with pytest.warns(UserWarning, match="no data point within the bandwidth of the compact 'uniform'"):
+    with pytest.warns(
+        UserWarning, match="no data point within the bandwidth of the compact 'uniform'"
+    ):
         lb.nadaraya_watson([5.0], [0.0, 1.0], [1.0, 2.0], 0.5, kernel="uniform")
-    with pytest.warns(UserWarning, match="no data point within the bandwidth of the compact 'uniform'"):
+    with pytest.warns(
+        UserWarning, match="no data point within the bandwidth of the compact 'uniform'"
+    ):
         lb.local_linear([5.0], [0.0, 1.0], [1.0, 2.0], 0.5, kernel="uniform")
     import warnings
 
@@ -197,8 +241,13 @@ def _dense_reference(q, x, v, h, name):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 10**6), st.sampled_from(list(PROFILES)), st.sampled_from([0, 1, 3, 20]),
-       st.sampled_from([1, 2, 3, 20]), st.sampled_from([torch.float64, torch.float32]))
+@given(
+    st.integers(0, 10**6),
+    st.sampled_from(list(PROFILES)),
+    st.sampled_from([0, 1, 3, 20]),
+    st.sampled_from([1, 2, 3, 20]),
+    st.sampled_from([torch.float64, torch.float32]),
+)
 def test_tiled_sums_equal_the_dense_sum(seed, name, k, d, dtype):
     """Shift-free tiles (float64; float32 with d ≤ 14), online-shifted ones (float32, d = 20) and
     the rows redone online agree with the dense float64 sum; column blocks accumulate."""
@@ -211,8 +260,12 @@ def test_tiled_sums_equal_the_dense_sum(seed, name, k, d, dtype):
     v = torch.randn(300, k, generator=g, dtype=torch.float64) if k else None
     ref_mean, ref_lse = _dense_reference(q, x, v, h, name)
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
-        mp.setattr(kern, "CPU_TILE_BYTES", 8 * 7 * 64)  # 64 queries × 7 points: many column blocks
-        mp.setattr(kern, "GRID_MIN_SPAN", 10**9)  # compact kernels on the dense tiles here
+        mp.setattr(
+            kern, "CPU_TILE_BYTES", 8 * 7 * 64
+        )  # 64 queries × 7 points: many column blocks
+        mp.setattr(
+            kern, "GRID_MIN_SPAN", 10**9
+        )  # compact kernels on the dense tiles here
         warnings.simplefilter("ignore", UserWarning)
         vv = None if v is None else v.to(dtype)
         mean, lse = local_average(q.to(dtype), x.to(dtype), vv, h.to(dtype), name)
@@ -221,7 +274,12 @@ def test_tiled_sums_equal_the_dense_sum(seed, name, k, d, dtype):
     assert torch.equal(torch.isfinite(lse), ok)  # the same empty neighbourhoods
     torch.testing.assert_close(lse[ok].double(), ref_lse[ok], rtol=tol, atol=tol)
     if v is not None:
-        torch.testing.assert_close(mean[ok].double(), ref_mean[ok], rtol=tol, atol=tol * (1 + float(v.abs().max())))
+        torch.testing.assert_close(
+            mean[ok].double(),
+            ref_mean[ok],
+            rtol=tol,
+            atol=tol * (1 + float(v.abs().max())),
+        )
 
 
 def test_shift_free_rows_far_from_the_data_are_redone_exactly():
@@ -229,28 +287,50 @@ def test_shift_free_rows_far_from_the_data_are_redone_exactly():
     v = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
     # 0.5 (400/0.1)² far below the exp floor: shift-free sums would be floored garbage
     q = torch.tensor([[0.5], [400.0], [-400.0]], dtype=torch.float64)
-    mean, lse = local_average(q, x, v, torch.tensor([0.1], dtype=torch.float64), "gaussian")
-    ref_mean, ref_lse = _dense_reference(q, x, v, torch.tensor([0.1], dtype=torch.float64), "gaussian")
+    mean, lse = local_average(
+        q, x, v, torch.tensor([0.1], dtype=torch.float64), "gaussian"
+    )
+    ref_mean, ref_lse = _dense_reference(
+        q, x, v, torch.tensor([0.1], dtype=torch.float64), "gaussian"
+    )
     torch.testing.assert_close(lse, ref_lse, rtol=1e-13, atol=0)
     torch.testing.assert_close(mean, ref_mean, rtol=1e-13, atol=0)
-    assert float(mean[1, 0]) == 3.0 and float(mean[2, 0]) == 1.0  # the nearest point's value
+    assert (
+        float(mean[1, 0]) == 3.0 and float(mean[2, 0]) == 1.0
+    )  # the nearest point's value
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 10**6), st.sampled_from(["uniform", "epanechnikov", "biweight", "tricube"]),
-       st.integers(1, 3), st.floats(0.05, 2.0))
+@given(
+    st.integers(0, 10**6),
+    st.sampled_from(["uniform", "epanechnikov", "biweight", "tricube"]),
+    st.integers(1, 3),
+    st.floats(0.05, 2.0),
+)
 def test_grid_sums_equal_the_brute_force_sums(seed, name, d, bw):
     from localbook.kernels import _grid_sums, data_center, get_kernel
 
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(400, d, generator=g, dtype=torch.float64) * torch.tensor([1.0, 3.0, 0.5][:d], dtype=torch.float64)
-    q = torch.cat([3 * torch.randn(60, d, generator=g, dtype=torch.float64), x[:10], x[:3] + 50.0])
+    x = torch.randn(400, d, generator=g, dtype=torch.float64) * torch.tensor(
+        [1.0, 3.0, 0.5][:d], dtype=torch.float64
+    )
+    q = torch.cat(
+        [3 * torch.randn(60, d, generator=g, dtype=torch.float64), x[:10], x[:3] + 50.0]
+    )
     v = torch.randn(400, 2, generator=g, dtype=torch.float64)
     h = torch.full((d,), bw, dtype=torch.float64)
-    sums = _grid_sums(q, x, v, h, get_kernel(name), data_center(x), budget=8 * 600, force=True)  # many chunks
-    w = torch.exp(get_kernel(name).log_profile((((q[:, None] - x[None]) / h) ** 2).sum(-1)))
-    torch.testing.assert_close(sums, torch.cat([w @ v, w.sum(1, keepdim=True)], 1), rtol=1e-12, atol=1e-12)
-    assert bool((sums[-3:] == 0).all())  # queries beyond the grid's border cells see nothing
+    sums = _grid_sums(
+        q, x, v, h, get_kernel(name), data_center(x), budget=8 * 600, force=True
+    )  # many chunks
+    w = torch.exp(
+        get_kernel(name).log_profile((((q[:, None] - x[None]) / h) ** 2).sum(-1))
+    )
+    torch.testing.assert_close(
+        sums, torch.cat([w @ v, w.sum(1, keepdim=True)], 1), rtol=1e-12, atol=1e-12
+    )
+    assert bool(
+        (sums[-3:] == 0).all()
+    )  # queries beyond the grid's border cells see nothing
 
 
 def test_local_average_takes_the_grid_when_the_support_is_small(monkeypatch):
@@ -262,7 +342,9 @@ def test_local_average_takes_the_grid_when_the_support_is_small(monkeypatch):
     h = torch.tensor([0.2, 0.3], dtype=torch.float64)
     used = []
     grid = kern._grid_sums
-    monkeypatch.setattr(kern, "_grid_sums", lambda *a, **kw: used.append(grid(*a, **kw)) or used[-1])
+    monkeypatch.setattr(
+        kern, "_grid_sums", lambda *a, **kw: used.append(grid(*a, **kw)) or used[-1]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         mean, lse = local_average(q, x, x, h, "epanechnikov")
@@ -279,7 +361,16 @@ def test_tile_shape_rules():
 
     elems = CPU_TILE_BYTES * torch.get_num_threads() // 8
     assert tile_shape(10**6, 100, 8) == (elems // 100, 100)  # whole data rows
-    assert tile_shape(10**6, 10**6, 8) == (64, elems // 64)  # 64 queries × a block of the data
-    assert tile_shape(10**6, 10**6, 8, depth=786) == (256, elems // 256)  # long products
+    assert tile_shape(10**6, 10**6, 8) == (
+        64,
+        elems // 64,
+    )  # 64 queries × a block of the data
+    assert tile_shape(10**6, 10**6, 8, depth=786) == (
+        256,
+        elems // 256,
+    )  # long products
     assert tile_shape(5, 10**6, 8) == (5, elems // 64)
-    assert tile_shape(10**6, 1000, 8, budget=4 * 1000 * 8 * 3) == (3, 1000)  # an explicit budget: rows
+    assert tile_shape(10**6, 1000, 8, budget=4 * 1000 * 8 * 3) == (
+        3,
+        1000,
+    )  # an explicit budget: rows

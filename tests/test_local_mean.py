@@ -1,4 +1,5 @@
 """localbook.local_mean against statsmodels' KernelReg, brute force, and properties."""
+
 import math
 import warnings
 
@@ -28,7 +29,12 @@ def test_matches_statsmodels_kernelreg(d, reg_type):
     bw = [0.35, 0.5, 0.6][:d]
     ref = statsmodels_kr.KernelReg(y, x, "c" * d, reg_type=reg_type, bw=bw).fit(q)[0]
     f = lb.nadaraya_watson if reg_type == "lc" else lb.local_linear
-    got = f(torch.tensor(q), torch.tensor(x), torch.tensor(y), torch.tensor(bw, dtype=torch.float64)).numpy()
+    got = f(
+        torch.tensor(q),
+        torch.tensor(x),
+        torch.tensor(y),
+        torch.tensor(bw, dtype=torch.float64),
+    ).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
 
 
@@ -38,7 +44,11 @@ def test_outputs_follow_device_and_dtype(device):
         xt, yt, qt = (torch.tensor(a, dtype=dtype, device=device) for a in (x, y, q))
         for f in (lb.nadaraya_watson, lb.local_linear):
             out = f(qt, xt, yt, 0.4)
-            assert out.device.type == device.type and out.dtype == dtype and out.shape == (40,)
+            assert (
+                out.device.type == device.type
+                and out.dtype == dtype
+                and out.shape == (40,)
+            )
     # integer inputs become the default float dtype
     out = lb.nadaraya_watson([0, 1], [0, 1, 2], [1, 2, 3], 1.0)
     assert out.dtype == torch.get_default_dtype()
@@ -100,7 +110,9 @@ def test_empty_neighbourhood_warns_once_and_gives_nan():
     with pytest.warns(UserWarning, match="2 of 3 queries have no data point") as rec:
         out = lb.nadaraya_watson([0.5, 5.0, -5.0], x, y, 0.2, kernel="epanechnikov")
     assert len([w for w in rec if issubclass(w.category, UserWarning)]) == 1
-    assert torch.isnan(out[1:]).all() and torch.isclose(out[0], torch.tensor(0.5, dtype=torch.float64))
+    assert torch.isnan(out[1:]).all() and torch.isclose(
+        out[0], torch.tensor(0.5, dtype=torch.float64)
+    )
     with pytest.warns(UserWarning, match="1 of 1"):
         assert torch.isnan(lb.local_linear([9.0], x, y, 0.2, kernel="uniform")).all()
 
@@ -119,7 +131,9 @@ def test_equivalent_kernel_reproduces_local_linear_and_1d_formula():
         w = K * (S2 - (xs - t) * S1)
         torch.testing.assert_close(L[a], w / w.sum())
     # linear functions are reproduced exactly (and weights go negative at the boundary)
-    torch.testing.assert_close(lb.local_linear(q, x, 3 * x[:, 0] - 1, 0.3), torch.tensor(3 * q[:, 0] - 1))
+    torch.testing.assert_close(
+        lb.local_linear(q, x, 3 * x[:, 0] - 1, 0.3), torch.tensor(3 * q[:, 0] - 1)
+    )
     assert (lb.equivalent_kernel([[-1.2]], x, 0.3) < 0).any()
 
 
@@ -139,7 +153,10 @@ def test_loo_shortcut_equals_brute_force(method, kernel):
 
 
 def test_loo_is_inf_when_a_point_is_alone():
-    assert lb.loo_cv_score([0.0, 0.1, 5.0], [1.0, 2.0, 3.0], 0.5, "epanechnikov") == math.inf
+    assert (
+        lb.loo_cv_score([0.0, 0.1, 5.0], [1.0, 2.0, 3.0], 0.5, "epanechnikov")
+        == math.inf
+    )
 
 
 def test_select_bandwidth_picks_the_grid_minimum():
@@ -174,11 +191,19 @@ def test_knn_classify_accepts_string_labels():
     codes = (y > 0).astype(int) + (x[:, 0] > 0.5)
     names = np.array(["apple", "banana", "cherry"])[codes]
     pred, proba, classes = lb.knn_classify(q, x, names, 5, return_proba=True)
-    pred_int, proba_int, classes_int = lb.knn_classify(q, x, codes, 5, return_proba=True)
-    assert list(classes) == ["apple", "banana", "cherry"] and classes_int.tolist() == [0, 1, 2]
+    pred_int, proba_int, classes_int = lb.knn_classify(
+        q, x, codes, 5, return_proba=True
+    )
+    assert list(classes) == ["apple", "banana", "cherry"] and classes_int.tolist() == [
+        0,
+        1,
+        2,
+    ]
     torch.testing.assert_close(proba, proba_int, rtol=0, atol=0)
     np.testing.assert_array_equal(pred, classes[pred_int.numpy()])
-    assert list(lb.knn_classify(q, x, list(names), 5)) == list(pred)  # a plain list works too
+    assert list(lb.knn_classify(q, x, list(names), 5)) == list(
+        pred
+    )  # a plain list works too
 
 
 def _knn_loo_brute(x, y, k):
@@ -207,8 +232,15 @@ def test_knn_loo_formula_is_the_k_minus_1_nn_loo(n, k, seed):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(3, 40), st.floats(0.05, 1.0), st.floats(-0.3, 1.3), st.integers(0, 2**16))
-def test_equivalent_kernel_is_negative_exactly_beyond_x_star_plus_s2_over_s1(n, h, t, seed):
+@given(
+    st.integers(3, 40),
+    st.floats(0.05, 1.0),
+    st.floats(-0.3, 1.3),
+    st.integers(0, 2**16),
+)
+def test_equivalent_kernel_is_negative_exactly_beyond_x_star_plus_s2_over_s1(
+    n, h, t, seed
+):
     x = torch.tensor(np.random.default_rng(seed).uniform(0, 1, n))
     d = x - t
     K = torch.exp(-0.5 * (d / h) ** 2)
@@ -234,7 +266,12 @@ def _pts(draw):
 
 
 @settings(max_examples=40, deadline=None)
-@given(_pts(), st.floats(0.2, 3.0), st.sampled_from(["gaussian", "laplacian", "biweight"]), st.randoms())
+@given(
+    _pts(),
+    st.floats(0.2, 3.0),
+    st.sampled_from(["gaussian", "laplacian", "biweight"]),
+    st.randoms(),
+)
 def test_permutation_invariance(x, h, kernel, rnd):
     y = np.cos(x).sum(1)
     perm = list(range(len(x)))
@@ -253,7 +290,9 @@ def test_translation_equivariance(x, h, shift):
     y = np.sin(x[:, 0])
     q = x[:4] * 0.9
     for f in (lb.nadaraya_watson, lb.local_linear):
-        torch.testing.assert_close(f(q + shift, x + shift, y, h), f(q, x, y, h), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            f(q + shift, x + shift, y, h), f(q, x, y, h), rtol=1e-6, atol=1e-6
+        )
 
 
 @settings(max_examples=40, deadline=None)
@@ -271,35 +310,123 @@ def test_nw_stays_within_range_of_y(x, h, kernel):
 @given(_pts(), st.floats(0.3, 3.0))
 def test_equivalent_kernel_rows_sum_to_one(x, h):
     L = lb.equivalent_kernel(x[:5] + 0.01, x, h)
-    torch.testing.assert_close(L.sum(1), torch.ones(L.shape[0], dtype=L.dtype), rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(
+        L.sum(1), torch.ones(L.shape[0], dtype=L.dtype), rtol=1e-7, atol=1e-7
+    )
 
 
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0], 1.0), ValueError, "y has 1 rows but x has 2"),
-        (lambda: lb.nadaraya_watson([[0.0, 1.0]], [0.0, 1.0], [1.0, 2.0], 1.0), ValueError, "x_query has 2 feature"),
-        (lambda: lb.nadaraya_watson([0.0], np.zeros((2, 2, 2)), [1.0, 2.0], 1.0), ValueError, "x must have 1 or 2"),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0], 1.0),
+            ValueError,
+            "y has 1 rows but x has 2",
+        ),
+        (
+            lambda: lb.nadaraya_watson([[0.0, 1.0]], [0.0, 1.0], [1.0, 2.0], 1.0),
+            ValueError,
+            "x_query has 2 feature",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], np.zeros((2, 2, 2)), [1.0, 2.0], 1.0),
+            ValueError,
+            "x must have 1 or 2",
+        ),
         (lambda: lb.nadaraya_watson([0.0], [], [], 1.0), ValueError, "x is empty"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, np.nan], [1.0, 2.0], 1.0), ValueError, "x contains 1 NaN"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, np.inf], 1.0), ValueError, "y contains 1 NaN"),
-        (lambda: lb.nadaraya_watson([np.nan], [0.0, 1.0], [1.0, 2.0], 1.0), ValueError, "x_query contains"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], 0.0), ValueError, "bandwidth must be positive"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], -1.0), ValueError, "bandwidth must be positive"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], float("nan")), ValueError, "bandwidth"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], [1.0, 2.0]), ValueError, "bandwidth must be a scalar"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], "wide"), TypeError, "bandwidth"),
-        (lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], 1.0, kernel="cosine"), ValueError, "unknown kernel 'cosine'"),
-        (lambda: lb.nadaraya_watson("abc", [0.0, 1.0], [1.0, 2.0], 1.0), TypeError, "x_query must be an array-like"),
-        (lambda: lb.local_linear([0.0], [0.0, 1.0], [1.0], 1.0), ValueError, "y has 1 rows"),
-        (lambda: lb.knn_regress([0.0], [0.0, 1.0], [1.0, 2.0], 3), ValueError, "n_neighbors must be between 1 and 2"),
-        (lambda: lb.knn_regress([0.0], [0.0, 1.0], [1.0, 2.0], 1.5), TypeError, "n_neighbors must be an integer"),
-        (lambda: lb.knn_classify([0.0], [0.0, 1.0], [0.5, 1.0], 1), TypeError, "labels must be integers"),
-        (lambda: lb.loo_cv_score([0.0, 1.0], [1.0, 2.0], 1.0, method="lasso"), ValueError, "unknown method"),
-        (lambda: lb.select_bandwidth([0.0, 1.0], [1.0, 2.0], [0.1, -1.0]), ValueError, "bandwidths must all be positive"),
-        (lambda: lb.nadaraya_watson([0.0], [1e308, 0.0], [1.0, 2.0], 1.0), ValueError, "x / bandwidth is too large"),
-        (lambda: lb.nadaraya_watson([1e300], [0.0, 1.0], [1.0, 2.0], 1e-10), ValueError, "x_query / bandwidth is too large"),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, np.nan], [1.0, 2.0], 1.0),
+            ValueError,
+            "x contains 1 NaN",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, np.inf], 1.0),
+            ValueError,
+            "y contains 1 NaN",
+        ),
+        (
+            lambda: lb.nadaraya_watson([np.nan], [0.0, 1.0], [1.0, 2.0], 1.0),
+            ValueError,
+            "x_query contains",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], 0.0),
+            ValueError,
+            "bandwidth must be positive",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], -1.0),
+            ValueError,
+            "bandwidth must be positive",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], float("nan")),
+            ValueError,
+            "bandwidth",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], [1.0, 2.0]),
+            ValueError,
+            "bandwidth must be a scalar",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], [0.0, 1.0], [1.0, 2.0], "wide"),
+            TypeError,
+            "bandwidth",
+        ),
+        (
+            lambda: lb.nadaraya_watson(
+                [0.0], [0.0, 1.0], [1.0, 2.0], 1.0, kernel="cosine"
+            ),
+            ValueError,
+            "unknown kernel 'cosine'",
+        ),
+        (
+            lambda: lb.nadaraya_watson("abc", [0.0, 1.0], [1.0, 2.0], 1.0),
+            TypeError,
+            "x_query must be an array-like",
+        ),
+        (
+            lambda: lb.local_linear([0.0], [0.0, 1.0], [1.0], 1.0),
+            ValueError,
+            "y has 1 rows",
+        ),
+        (
+            lambda: lb.knn_regress([0.0], [0.0, 1.0], [1.0, 2.0], 3),
+            ValueError,
+            "n_neighbors must be between 1 and 2",
+        ),
+        (
+            lambda: lb.knn_regress([0.0], [0.0, 1.0], [1.0, 2.0], 1.5),
+            TypeError,
+            "n_neighbors must be an integer",
+        ),
+        (
+            lambda: lb.knn_classify([0.0], [0.0, 1.0], [0.5, 1.0], 1),
+            TypeError,
+            "labels must be integers",
+        ),
+        (
+            lambda: lb.loo_cv_score([0.0, 1.0], [1.0, 2.0], 1.0, method="lasso"),
+            ValueError,
+            "unknown method",
+        ),
+        (
+            lambda: lb.select_bandwidth([0.0, 1.0], [1.0, 2.0], [0.1, -1.0]),
+            ValueError,
+            "bandwidths must all be positive",
+        ),
+        (
+            lambda: lb.nadaraya_watson([0.0], [1e308, 0.0], [1.0, 2.0], 1.0),
+            ValueError,
+            "x / bandwidth is too large",
+        ),
+        (
+            lambda: lb.nadaraya_watson([1e300], [0.0, 1.0], [1.0, 2.0], 1e-10),
+            ValueError,
+            "x_query / bandwidth is too large",
+        ),
     ],
 )
 def test_bad_input_is_named(call, exc, match):
@@ -317,9 +444,14 @@ def test_knn_bandwidth_and_adaptive_nw_against_brute_force(device):
         h = scale * hk
         K = lb.kernel_profile((d / h[:, None]).cpu(), kernel).to(device)
         ref = (K @ yt) / K.sum(1)
-        torch.testing.assert_close(lb.adaptive_nadaraya_watson(qt, xt, yt, 6, kernel, scale), ref)
+        torch.testing.assert_close(
+            lb.adaptive_nadaraya_watson(qt, xt, yt, 6, kernel, scale), ref
+        )
     # with the uniform kernel and a radius just past the k-th point it is exactly k-NN regression
-    torch.testing.assert_close(lb.adaptive_nadaraya_watson(qt, xt, yt, 6, "uniform", 1 + 1e-9), lb.knn_regress(qt, xt, yt, 6))
+    torch.testing.assert_close(
+        lb.adaptive_nadaraya_watson(qt, xt, yt, 6, "uniform", 1 + 1e-9),
+        lb.knn_regress(qt, xt, yt, 6),
+    )
     with pytest.raises(ValueError, match="scale must be positive"):
         lb.adaptive_nadaraya_watson(q, x, y, 6, scale=0)
     with pytest.raises(ValueError, match="n_neighbors must be between 1 and 120"):
@@ -332,5 +464,9 @@ def test_autograd_flows_through_the_local_mean():
     x = torch.randn(30, 2, generator=g, dtype=torch.float64, requires_grad=True)
     y = torch.randn(30, generator=g, dtype=torch.float64, requires_grad=True)
     q = torch.randn(4, 2, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda q, x, y: lb.nadaraya_watson(q, x, y, 0.7), (q, x, y))
-    assert torch.autograd.gradcheck(lambda q, y: lb.local_linear(q, x.detach(), y, 0.9), (q, y))
+    assert torch.autograd.gradcheck(
+        lambda q, x, y: lb.nadaraya_watson(q, x, y, 0.7), (q, x, y)
+    )
+    assert torch.autograd.gradcheck(
+        lambda q, y: lb.local_linear(q, x.detach(), y, 0.9), (q, y)
+    )

@@ -1,4 +1,5 @@
 """Tests for localbook.metric: MLKR loss and fitting, Abramson / sample-point and balloon KDEs."""
+
 import math
 
 import numpy as np
@@ -50,7 +51,9 @@ def test_mlkr_loss_chunked_equals_unchunked_and_gradients_agree():
     A = torch.randn(2, 3, dtype=F64, requires_grad=True)
     big = lb.mlkr_loss(A, x, y)
     (g_big,) = torch.autograd.grad(big, A)
-    small = lb.mlkr_loss(A, x, y, budget=4 * 50 * 16 * 3)  # several chunks: checkpointed
+    small = lb.mlkr_loss(
+        A, x, y, budget=4 * 50 * 16 * 3
+    )  # several chunks: checkpointed
     (g_small,) = torch.autograd.grad(small, A)
     torch.testing.assert_close(small, big, rtol=1e-12, atol=0)
     torch.testing.assert_close(g_small, g_big, rtol=1e-10, atol=1e-12)
@@ -79,8 +82,9 @@ def test_rotation_invariance_and_isotropic_case_is_loo_cv():
     x, y = data(n=40)
     A = torch.randn(3, 3, dtype=F64)
     Q, _ = torch.linalg.qr(torch.randn(3, 3, dtype=F64))
-    torch.testing.assert_close(lb.mlkr_loss(Q @ A, x, y), lb.mlkr_loss(A, x, y),
-                               rtol=1e-11, atol=0)
+    torch.testing.assert_close(
+        lb.mlkr_loss(Q @ A, x, y), lb.mlkr_loss(A, x, y), rtol=1e-11, atol=0
+    )
     for h in (0.3, 1.0):
         want = 40 * lb.loo_cv_score(x, y, h)
         # the shortcut divides by 1 − L_ii: rounding grows by 1 / min(1 − L_ii)
@@ -88,14 +92,18 @@ def test_rotation_invariance_and_isotropic_case_is_loo_cv():
         rel = 100 * 40 * torch.finfo(F64).eps / float((1 - L_ii).min())
         got = float(lb.mlkr_loss(torch.eye(3, dtype=F64) / h, x, y))
         assert got == pytest.approx(want, rel=rel)
-        assert got == pytest.approx(direct_loss(torch.eye(3, dtype=F64) / h, x, y), rel=1e-11)
+        assert got == pytest.approx(
+            direct_loss(torch.eye(3, dtype=F64) / h, x, y), rel=1e-11
+        )
 
 
 @given(st.integers(0, 10_000))
 def test_mlkr_loss_property_direct(seed):
     x, y = data(n=8, d=2, seed=seed)
     A = torch.randn(2, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
-    assert float(lb.mlkr_loss(A, x, y)) == pytest.approx(direct_loss(A, x, y), rel=1e-9, abs=1e-12)
+    assert float(lb.mlkr_loss(A, x, y)) == pytest.approx(
+        direct_loss(A, x, y), rel=1e-9, abs=1e-12
+    )
 
 
 def test_far_point_gets_nearest_neighbour_value():
@@ -109,7 +117,11 @@ def test_far_point_gets_nearest_neighbour_value():
 def _make(n, d, seed, case):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=g, dtype=F64)
-    f = torch.sin(2 * x[:, 0]) + x[:, 1] ** 2 / 2 if case == "few" else torch.sin(x).sum(1)
+    f = (
+        torch.sin(2 * x[:, 0]) + x[:, 1] ** 2 / 2
+        if case == "few"
+        else torch.sin(x).sum(1)
+    )
     return x, f + 0.3 * torch.randn(n, generator=g, dtype=F64)
 
 
@@ -117,7 +129,9 @@ def _ratio(case, d, seed, n=300, **kw):
     x, y = _make(n + 1500, d, seed, case)
     xtr, ytr, xte, yte = x[:n], y[:n], x[n:], y[n:]
     h = lb.select_bandwidth(xtr, ytr).bandwidth
-    err = lambda A: float(((lb.nadaraya_watson(xte @ A.T, xtr @ A.T, ytr, 1.0) - yte) ** 2).mean())
+    err = lambda A: float(
+        ((lb.nadaraya_watson(xte @ A.T, xtr @ A.T, ytr, 1.0) - yte) ** 2).mean()
+    )
     A = lb.fit_metric(xtr, ytr, **kw)
     return err(A) / err(torch.eye(d, dtype=F64) / h), A
 
@@ -187,23 +201,32 @@ def test_fit_metric_early_stopping_follows_the_plain_lbfgs_path(monkeypatch):
     perm = torch.randperm(60, generator=torch.Generator().manual_seed(0))
     fit = perm[15:]  # validation_fraction 0.25 of 60 points
     A0 = lb.metric._initial_metric(x[fit], y[fit])
-    plain = lb.metric._optimize(A0, x[fit], y[fit], None, max_iter=15, check_every=1,
-                                patience=1, budget=None)
+    plain = lb.metric._optimize(
+        A0, x[fit], y[fit], None, max_iter=15, check_every=1, patience=1, budget=None
+    )
     assert len(seen) == 16  # the start and 15 iterates
-    torch.testing.assert_close(seen[-1], plain, rtol=0, atol=1e-12 * float(plain.abs().max()))
+    torch.testing.assert_close(
+        seen[-1], plain, rtol=0, atol=1e-12 * float(plain.abs().max())
+    )
 
 
 def test_fit_metric_float32_and_numpy_input():
     x, y = _make(80, 3, 0, "few")
-    A = lb.fit_metric(x.numpy().astype(np.float32), y.numpy().astype(np.float32), max_iter=10)
+    A = lb.fit_metric(
+        x.numpy().astype(np.float32), y.numpy().astype(np.float32), max_iter=10
+    )
     assert A.dtype == torch.float32 and A.shape == (3, 3)
 
 
 # --- adaptive bandwidths -------------------------------------------------------------------
 def test_sample_point_kde_integrates_to_one_1d():
     g = torch.Generator().manual_seed(0)
-    x = torch.cat([torch.randn(60, generator=g, dtype=F64),
-                   3 + 0.1 * torch.randn(40, generator=g, dtype=F64)])
+    x = torch.cat(
+        [
+            torch.randn(60, generator=g, dtype=F64),
+            3 + 0.1 * torch.randn(40, generator=g, dtype=F64),
+        ]
+    )
     grid = torch.linspace(-12, 15, 20001, dtype=F64)
     for h in (0.1, 0.4):
         p = lb.sample_point_kde(grid, x, h)
@@ -214,18 +237,33 @@ def test_sample_point_kde_integrates_to_one_1d():
 def test_sample_point_kde_flat_pilot_is_kde_and_matches_direct_sum():
     x, _ = data(n=25, d=2)
     q = torch.randn(7, 2, dtype=F64)
-    torch.testing.assert_close(lb.sample_point_kde(q, x, 0.5, pilot=torch.full((25,), 3.0)),
-                               lb.kde(q, x, 0.5), rtol=1e-12, atol=0)
-    torch.testing.assert_close(lb.sample_point_kde(q, x, 0.5, alpha=0.0), lb.kde(q, x, 0.5),
-                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        lb.sample_point_kde(q, x, 0.5, pilot=torch.full((25,), 3.0)),
+        lb.kde(q, x, 0.5),
+        rtol=1e-12,
+        atol=0,
+    )
+    torch.testing.assert_close(
+        lb.sample_point_kde(q, x, 0.5, alpha=0.0), lb.kde(q, x, 0.5), rtol=1e-12, atol=0
+    )
     # direct: pilot p̃ = kde(x, x, h), g its geometric mean, h_i = h (p̃_i / g)^(-1/2)
     pil = lb.kde(x, x, 0.5)
     hi = 0.5 * (pil / torch.exp(torch.log(pil).mean())) ** -0.5
-    direct = torch.tensor([
-        sum(math.exp(-0.5 * float(((qq - x[i]) ** 2).sum()) / float(hi[i]) ** 2)
-            / (2 * math.pi * float(hi[i]) ** 2) for i in range(25)) / 25 for qq in q],
-        dtype=F64)
-    torch.testing.assert_close(lb.sample_point_kde(q, x, 0.5), direct, rtol=1e-12, atol=0)
+    direct = torch.tensor(
+        [
+            sum(
+                math.exp(-0.5 * float(((qq - x[i]) ** 2).sum()) / float(hi[i]) ** 2)
+                / (2 * math.pi * float(hi[i]) ** 2)
+                for i in range(25)
+            )
+            / 25
+            for qq in q
+        ],
+        dtype=F64,
+    )
+    torch.testing.assert_close(
+        lb.sample_point_kde(q, x, 0.5), direct, rtol=1e-12, atol=0
+    )
     torch.testing.assert_close(lb.abramson_bandwidths(x, 0.5), hi, rtol=1e-12, atol=0)
     assert float(torch.log(hi).mean()) == pytest.approx(math.log(0.5))
     chunked = lb.sample_point_kde(q, x, 0.5, budget=64, log=True)
@@ -236,9 +274,13 @@ def test_balloon_kde_matches_direct_and_uses_knn_bandwidth():
     x, _ = data(n=20, d=2)
     q = torch.randn(5, 2, dtype=F64)
     hq = lb.knn_bandwidth(q, x, 4)
-    direct = torch.tensor([
-        torch.exp(-0.5 * ((qq - x) ** 2).sum(1) / hq[a] ** 2).sum() / (20 * 2 * math.pi * hq[a] ** 2)
-        for a, qq in enumerate(q)])
+    direct = torch.tensor(
+        [
+            torch.exp(-0.5 * ((qq - x) ** 2).sum(1) / hq[a] ** 2).sum()
+            / (20 * 2 * math.pi * hq[a] ** 2)
+            for a, qq in enumerate(q)
+        ]
+    )
     torch.testing.assert_close(lb.balloon_kde(q, x, 4), direct, rtol=1e-12, atol=0)
     # a sample-point KDE integrates to one, a 1-D balloon does not (its tails go like 1/|q|)
     x1 = torch.randn(50, dtype=F64)

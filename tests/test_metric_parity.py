@@ -6,6 +6,7 @@ exp(-‖A(x - x')‖²/2), so the two objectives agree at A = √2 L, and by the
 ∂cost/∂L = √2 ∂loss/∂A there. (Its ``fit`` no longer runs with scikit-learn ≥ 1.8: the
 input checks pass a removed keyword, so we compare the objective the optimizer sees.)
 """
+
 import math
 
 import numpy as np
@@ -34,8 +35,13 @@ def _ours(L, X, y, budget=None):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(3, 40), d=st.integers(1, 4), k=st.integers(1, 3),
-       seed=st.integers(0, 2**16), chunked=st.booleans())
+@given(
+    n=st.integers(3, 40),
+    d=st.integers(1, 4),
+    k=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+    chunked=st.booleans(),
+)
 def test_mlkr_loss_and_gradient_match_metric_learn(n, d, k, seed, chunked):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))

@@ -1,4 +1,5 @@
 """Tests of localbook.metrics: hand-made cases, permutation invariance, oracles, bad inputs."""
+
 import itertools
 import warnings
 
@@ -25,18 +26,27 @@ def brute_force_accuracy(t, p):
 
 
 labels_st = st.integers(min_value=1, max_value=30).flatmap(
-    lambda n: st.tuples(st.lists(st.integers(0, 3), min_size=n, max_size=n),
-                        st.lists(st.integers(0, 3), min_size=n, max_size=n)))
+    lambda n: st.tuples(
+        st.lists(st.integers(0, 3), min_size=n, max_size=n),
+        st.lists(st.integers(0, 3), min_size=n, max_size=n),
+    )
+)
 
 
 # --- hand-made cases ---------------------------------------------------------------------------
 def test_accuracy_hand_cases():
     t = [0, 0, 1, 1, 2, 2]
-    assert clustering_accuracy(t, [1, 1, 0, 0, 2, 2]) == 1.0           # renamed clusters
+    assert clustering_accuracy(t, [1, 1, 0, 0, 2, 2]) == 1.0  # renamed clusters
     assert clustering_accuracy(t, [0, 0, 0, 1, 1, 1]) == pytest.approx(4 / 6)
-    assert clustering_accuracy([0, 0, 0, 0], [0, 1, 2, 3]) == 0.25    # extra clusters are errors
-    assert clustering_accuracy([0, 1, 2, 3], [5, 5, 5, 5]) == 0.25    # one cluster matches one class
-    assert clustering_accuracy(["a", "a", "b"], [7, 7, 3]) == 1.0     # strings and arbitrary ids
+    assert (
+        clustering_accuracy([0, 0, 0, 0], [0, 1, 2, 3]) == 0.25
+    )  # extra clusters are errors
+    assert (
+        clustering_accuracy([0, 1, 2, 3], [5, 5, 5, 5]) == 0.25
+    )  # one cluster matches one class
+    assert (
+        clustering_accuracy(["a", "a", "b"], [7, 7, 3]) == 1.0
+    )  # strings and arbitrary ids
 
 
 def test_identical_partitions_score_one():
@@ -90,9 +100,13 @@ def test_block_diagonal_graph_is_fully_preserving():
 
 def test_rate_hand_case_per_row_and_abs():
     y = [0, 0, 1]
-    a = torch.tensor([[0.0, 0.5, 0.5],     # half inside
-                      [1.0, 0.0, 0.0],     # all inside
-                      [-0.2, -0.2, 0.0]])  # |weights| count: all outside
+    a = torch.tensor(
+        [
+            [0.0, 0.5, 0.5],  # half inside
+            [1.0, 0.0, 0.0],  # all inside
+            [-0.2, -0.2, 0.0],
+        ]
+    )  # |weights| count: all outside
     rows = subspace_preserving_rate(a, y, per_row=True)
     torch.testing.assert_close(rows, torch.tensor([0.5, 1.0, 0.0]))
     assert subspace_preserving_rate(a, y) == pytest.approx(0.5)
@@ -102,7 +116,9 @@ def test_rate_equals_loop_and_ignores_label_names():
     g = torch.Generator().manual_seed(0)
     a = torch.rand(12, 12, generator=g, dtype=torch.float64)
     y = torch.randint(0, 3, (12,), generator=g)
-    loop = np.mean([a[i, y == y[i]].sum().item() / a[i].sum().item() for i in range(12)])
+    loop = np.mean(
+        [a[i, y == y[i]].sum().item() / a[i].sum().item() for i in range(12)]
+    )
     assert subspace_preserving_rate(a, y) == pytest.approx(loop)
     assert subspace_preserving_rate(a, (y + 1) * 7) == pytest.approx(loop)
 
@@ -153,6 +169,8 @@ def test_rate_bad_inputs():
     with pytest.raises(ValueError, match="labels has 2 entries"):
         subspace_preserving_rate(torch.ones(3, 3), [0, 1])
     with pytest.raises(ValueError, match="graph contains"):
-        subspace_preserving_rate(torch.tensor([[0.0, float("nan")], [1.0, 0.0]]), [0, 1])
+        subspace_preserving_rate(
+            torch.tensor([[0.0, float("nan")], [1.0, 0.0]]), [0, 1]
+        )
     with pytest.raises(TypeError, match="graph"):
         subspace_preserving_rate("graph", [0, 1])

@@ -1,4 +1,5 @@
 """lb.glue: run-dependent numbers reach the prose as plain Python values myst-nb can format."""
+
 import numpy as np
 import torch
 from myst_nb.core.variables import format_plain_text
@@ -7,8 +8,12 @@ import localbook as lb
 
 
 def test_glue_turns_numpy_and_torch_scalars_into_formattable_numbers(capsys):
-    for value, expected in [(np.float64(0.123456), "0.123"), (torch.tensor(2.5), "2.500"),
-                            (np.float32(1.0), "1.000"), (0.25, "0.250")]:
+    for value, expected in [
+        (np.float64(0.123456), "0.123"),
+        (torch.tensor(2.5), "2.500"),
+        (np.float32(1.0), "1.000"),
+        (0.25, "0.250"),
+    ]:
         plain = lb.glue("x", value)
         assert type(plain) in (int, float)
         assert format_plain_text(repr(plain), ".3f") == expected

@@ -1,4 +1,5 @@
 """Notebook hygiene: every chapter is in the table of contents, stored clean, and self-contained."""
+
 import re
 from pathlib import Path
 
@@ -37,7 +38,9 @@ def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
     for nb in NOTEBOOKS:
         assert f"book/{nb.stem}" in in_toc, f"{nb.name} is not listed in _toc.yml"
     for entry in in_toc:
-        assert any((ROOT / (entry + ext)).exists() for ext in (".ipynb", ".md")), f"_toc.yml lists missing {entry}"
+        assert any((ROOT / (entry + ext)).exists() for ext in (".ipynb", ".md")), (
+            f"_toc.yml lists missing {entry}"
+        )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -49,7 +52,9 @@ def test_notebook_is_valid_and_stored_without_outputs(path):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [], f"{path.name}: a code cell has stored outputs"
-            assert cell.execution_count is None, f"{path.name}: a code cell has an execution count"
+            assert cell.execution_count is None, (
+                f"{path.name}: a code cell has an execution count"
+            )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -57,7 +62,9 @@ def test_first_code_cell_installs_localbook_from_the_configured_repository(path)
     nb = nbformat.read(path, as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "code").source
     assert 'importlib.util.find_spec("localbook") is None' in first
-    assert f"git+{REPO_URL}" in first, "the install cell must use repository.url from _config.yml"
+    assert f"git+{REPO_URL}" in first, (
+        "the install cell must use repository.url from _config.yml"
+    )
     assert "LOCALBOOK_SOURCE" in first
     # it installs localbook and nothing else
     assert first.count("pip") == 1
@@ -72,13 +79,17 @@ def test_chapter_structure(path):
     exercises = re.findall(r"```\{exercise\}", md)
     solutions = re.findall(r"```\{solution\}", md)
     assert len(exercises) >= 4, f"{path.name}: at least 4 exercises expected"
-    assert len(solutions) >= len(exercises), f"{path.name}: every exercise needs a solution"
-    assert re.search(r"\{prf:(theorem|lemma|proposition)\}", md), f"{path.name}: no theorem/lemma block"
+    assert len(solutions) >= len(exercises), (
+        f"{path.name}: every exercise needs a solution"
+    )
+    assert re.search(r"\{prf:(theorem|lemma|proposition)\}", md), (
+        f"{path.name}: no theorem/lemma block"
+    )
     assert "{prf:proof}" in md
     assert "{cite}" in md or "{cite:" in md, f"{path.name}: cites nothing"
-    assert re.search(r"^\s*(assert |torch\.testing\.assert_close|np\.testing\.assert)", code, re.M), (
-        f"{path.name}: no assert cell checks a derivation"
-    )
+    assert re.search(
+        r"^\s*(assert |torch\.testing\.assert_close|np\.testing\.assert)", code, re.M
+    ), f"{path.name}: no assert cell checks a derivation"
     assert "import localbook" in code
 
 
@@ -99,15 +110,28 @@ MAX_CODE_LINE = 88
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_code_lines_fit_the_page_column(path):
     nb = nbformat.read(path, as_version=4)
-    long = [(i, line) for i, c in enumerate(nb.cells) if c.cell_type == "code"
-            for line in c.source.splitlines() if len(line) > MAX_CODE_LINE]
-    assert not long, f"{path.name}: {len(long)} code lines longer than {MAX_CODE_LINE}: {long[:3]}"
+    long = [
+        (i, line)
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        for line in c.source.splitlines()
+        if len(line) > MAX_CODE_LINE
+    ]
+    assert not long, (
+        f"{path.name}: {len(long)} code lines longer than {MAX_CODE_LINE}: {long[:3]}"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_notebook_writes_under_tmp(path):
-    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    assert not re.search(r"""["']/tmp\b""", code), f"{path.name}: use tempfile, not a fixed /tmp path"
+    code = "\n".join(
+        c.source
+        for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "code"
+    )
+    assert not re.search(r"""["']/tmp\b""", code), (
+        f"{path.name}: use tempfile, not a fixed /tmp path"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -117,6 +141,14 @@ def test_every_glued_name_in_the_prose_is_glued_by_the_code(path):
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     used = {m.split(":")[0] for m in re.findall(r"\{glue(?::\w+)?\}`([^`]+)`", md)}
     literal = set(re.findall(r"""glue\(\s*["']([^"']+)["']""", code))
-    prefixes = re.findall(r"""glue\(\s*f["']([^"'{]*)\{""", code)  # glue(f"name_{i}", ...)
-    missing = sorted(k for k in used if k not in literal and not any(k.startswith(p) for p in prefixes))
-    assert not missing, f"{path.name}: the prose shows glued names the code never glues: {missing}"
+    prefixes = re.findall(
+        r"""glue\(\s*f["']([^"'{]*)\{""", code
+    )  # glue(f"name_{i}", ...)
+    missing = sorted(
+        k
+        for k in used
+        if k not in literal and not any(k.startswith(p) for p in prefixes)
+    )
+    assert not missing, (
+        f"{path.name}: the prose shows glued names the code never glues: {missing}"
+    )

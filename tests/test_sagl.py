@@ -1,4 +1,5 @@
 """Tests of localbook.sagl: data, the SAGL graph, its objective, training, baselines, read-out."""
+
 import math
 
 import pytest
@@ -10,9 +11,20 @@ from hypothesis import strategies as st
 from localbook.entmax import entmax15
 from localbook.metrics import clustering_accuracy, subspace_preserving_rate
 from localbook.sagl import (
-    SparseAttentionGraph, candidate_neighbours, entmax_distance_graph, fit_sagl, knn_graph,
-    lsr_coefficients, lsr_graph, make_digits_views, make_fashion_views,
-    make_multiview_subspaces, reduce_views, sagl_cluster, sagl_loss, spectral_readout,
+    SparseAttentionGraph,
+    candidate_neighbours,
+    entmax_distance_graph,
+    fit_sagl,
+    knn_graph,
+    lsr_coefficients,
+    lsr_graph,
+    make_digits_views,
+    make_fashion_views,
+    make_multiview_subspaces,
+    reduce_views,
+    sagl_cluster,
+    sagl_loss,
+    spectral_readout,
     standardize_views,
 )
 
@@ -24,8 +36,9 @@ def small_views(n=18, dims=(5, 7), seed=0, dtype=torch.float64, device="cpu"):
 
 def model_for(views, **kw):
     torch.manual_seed(1)
-    return SparseAttentionGraph([v.shape[1] for v in views], latent_dim=8, hidden_dim=16,
-                                **kw).to(dtype=views[0].dtype, device=views[0].device)
+    return SparseAttentionGraph(
+        [v.shape[1] for v in views], latent_dim=8, hidden_dim=16, **kw
+    ).to(dtype=views[0].dtype, device=views[0].device)
 
 
 def forward(views, m=6, **kw):
@@ -36,17 +49,29 @@ def forward(views, m=6, **kw):
 
 # --- data --------------------------------------------------------------------------------------
 def test_multiview_subspaces_shapes_and_structure():
-    views, y, latent = make_multiview_subspaces(n_per_class=10, n_classes=3, latent_dim=6,
-                                                subspace_dim=2, view_dims=(4, 9, 5), seed=3,
-                                                dtype=torch.float64)
+    views, y, latent = make_multiview_subspaces(
+        n_per_class=10,
+        n_classes=3,
+        latent_dim=6,
+        subspace_dim=2,
+        view_dims=(4, 9, 5),
+        seed=3,
+        dtype=torch.float64,
+    )
     assert [v.shape for v in views] == [(30, 4), (30, 9), (30, 5)]
     assert latent.shape == (30, 6) and y.dtype == torch.int64
     assert torch.equal(y, torch.arange(3).repeat_interleave(10))
     for k in range(3):
         assert torch.linalg.matrix_rank(latent[y == k]) == 2
-    again, _, _ = make_multiview_subspaces(n_per_class=10, n_classes=3, latent_dim=6,
-                                           subspace_dim=2, view_dims=(4, 9, 5), seed=3,
-                                           dtype=torch.float64)
+    again, _, _ = make_multiview_subspaces(
+        n_per_class=10,
+        n_classes=3,
+        latent_dim=6,
+        subspace_dim=2,
+        view_dims=(4, 9, 5),
+        seed=3,
+        dtype=torch.float64,
+    )
     for a, b in zip(views, again):
         assert torch.equal(a, b)
 
@@ -71,26 +96,32 @@ def test_digits_views():
 def test_fashion_views():
     try:
         views, y = make_fashion_views(n_per_class=3, seed=0, dtype=torch.float64)
-    except (FileNotFoundError, OSError, RuntimeError) as err:  # no local copy of the data
+    except (
+        FileNotFoundError,
+        OSError,
+        RuntimeError,
+    ) as err:  # no local copy of the data
         pytest.skip(f"Fashion-MNIST not available offline: {err}")
     assert [v.shape for v in views] == [(30, 784), (30, 441), (30, 256)]
     assert torch.equal(torch.bincount(y), torch.full((10,), 3))
     assert float(views[0].min()) >= 0 and float(views[0].max()) <= 1
-    assert float(views[2].min()) >= 0                                # ReLU features
+    assert float(views[2].min()) >= 0  # ReLU features
 
 
 def test_reduce_views_keeps_distances_when_rank_allows():
     views = small_views(n=12, dims=(30, 4))
     red = reduce_views(views, dim=12)
     assert [r.shape for r in red] == [(12, 12), (12, 4)]
-    for x, r in zip(views, red):   # 12 centred points span ≤ 11 dims: nothing is lost
+    for x, r in zip(views, red):  # 12 centred points span ≤ 11 dims: nothing is lost
         torch.testing.assert_close(torch.cdist(r, r), torch.cdist(x, x))
 
 
 def test_standardize_views():
     for x in standardize_views(small_views(dims=(3, 4))):
         torch.testing.assert_close(x.mean(0), torch.zeros(x.shape[1], dtype=x.dtype))
-        torch.testing.assert_close(x.pow(2).sum(1).mean(), torch.tensor(1.0, dtype=x.dtype))
+        torch.testing.assert_close(
+            x.pow(2).sum(1).mean(), torch.tensor(1.0, dtype=x.dtype)
+        )
 
 
 # --- candidates and baselines ------------------------------------------------------------------
@@ -119,16 +150,21 @@ def test_knn_and_entmax_graphs():
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.integers(4, 14), st.integers(1, 6), st.floats(0.01, 10.0), st.integers(0, 10**6))
+@given(
+    st.integers(4, 14), st.integers(1, 6), st.floats(0.01, 10.0), st.integers(0, 10**6)
+)
 def test_lsr_closed_form_matches_direct_solve(n, d, lam, seed):
-    x = torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    x = torch.randn(
+        n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
     c = lsr_coefficients(x, lam)
     assert bool((torch.diagonal(c) == 0).all())
-    for i in range(n):   # row i: ridge regression of x_i on the other points
+    for i in range(n):  # row i: ridge regression of x_i on the other points
         others = torch.tensor([j for j in range(n) if j != i])
         xo = x[others]
-        direct = torch.linalg.solve(xo @ xo.T + lam * torch.eye(n - 1, dtype=x.dtype),
-                                    xo @ x[i])
+        direct = torch.linalg.solve(
+            xo @ xo.T + lam * torch.eye(n - 1, dtype=x.dtype), xo @ x[i]
+        )
         torch.testing.assert_close(c[i, others], direct, rtol=1e-7, atol=1e-9)
 
 
@@ -145,16 +181,19 @@ def test_forward_shapes_and_graph_properties(device):
     assert w.shape == (18, 8) and out["codes"].shape == (18, 8)
     assert out["omega"].shape == (18,) and out["hidden"].shape == (18, 8)
     assert [r.shape for r in out["recon"]] == [(18, 5), (18, 7)]
-    assert bool((w >= 0).all()) and int((w == 0).sum()) > 18           # exact zeros
+    assert bool((w >= 0).all()) and int((w == 0).sum()) > 18  # exact zeros
     torch.testing.assert_close(w.sum(1), torch.ones(18, dtype=w.dtype, device=device))
     a = model.dense(out)
     assert a.shape == (18, 18) and bool((torch.diagonal(a) == 0).all())
     assert bool(((out["omega"] >= 0) & (out["omega"] <= 1)).all())
-    z = out["codes"]   # batch-standardized: zero mean, mean squared row norm 1
+    z = out["codes"]  # batch-standardized: zero mean, mean squared row norm 1
     torch.testing.assert_close(z.mean(0), torch.zeros(8, dtype=z.dtype, device=device))
-    torch.testing.assert_close(z.pow(2).sum(1).mean(),
-                               torch.tensor(1.0, dtype=z.dtype, device=device), rtol=1e-6,
-                               atol=1e-6)
+    torch.testing.assert_close(
+        z.pow(2).sum(1).mean(),
+        torch.tensor(1.0, dtype=z.dtype, device=device),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_graph_is_entmax_of_gated_bilinear_scores():
@@ -175,11 +214,13 @@ def test_scores_asymmetric_and_uv_rescale_freely():
         s = model(views, idx)["scores"]
         dense = model.dense({"kind": "x", "weights": s, "index": idx})
         off = ~torch.eye(18, dtype=torch.bool)
-        assert not torch.allclose(dense[off], dense.T[off])            # directed
+        assert not torch.allclose(dense[off], dense.T[off])  # directed
         model.U.mul_(3.0)
         model.V.div_(3.0)
-        torch.testing.assert_close(model(views, idx)["scores"], s)     # (cU, V/c): same scores
-        model.V.mul_(9.0)                                              # (cU, cV): scores × c²
+        torch.testing.assert_close(
+            model(views, idx)["scores"], s
+        )  # (cU, V/c): same scores
+        model.V.mul_(9.0)  # (cU, cV): scores × c²
         torch.testing.assert_close(model(views, idx)["scores"], 9.0 * s)
 
 
@@ -193,8 +234,9 @@ def test_codes_invariant_to_encoder_output_scale():
         for enc in model.encoders:
             enc[-1].weight.mul_(5.0)
             enc[-1].bias.mul_(5.0)
-        torch.testing.assert_close(model(views, idx)["codes"], out["codes"], rtol=tol,
-                                   atol=tol)
+        torch.testing.assert_close(
+            model(views, idx)["codes"], out["codes"], rtol=tol, atol=tol
+        )
 
 
 def test_permutation_equivariance():
@@ -222,8 +264,12 @@ def test_ablations():
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.integers(3, 12), st.lists(st.integers(1, 6), min_size=1, max_size=3),
-       st.integers(0, 10**6), st.floats(0.5, 200.0))
+@given(
+    st.integers(3, 12),
+    st.lists(st.integers(1, 6), min_size=1, max_size=3),
+    st.integers(0, 10**6),
+    st.floats(0.5, 200.0),
+)
 def test_rows_on_simplex_property(n, dims, seed, scale):
     views = small_views(n=n, dims=dims, seed=seed)
     _, _, out = forward(views, m=n - 1, init_scale=scale)
@@ -240,21 +286,30 @@ def test_loss_matches_formula(objective):
     total, se, rec = sagl_loss(out, views, 0.3, objective)
     a = model.dense(out)
     if objective == "inputs":
-        se_ref = sum(((x - a @ x) ** 2).sum() / (x ** 2).sum() for x in views)
+        se_ref = sum(((x - a @ x) ** 2).sum() / (x**2).sum() for x in views)
         cached, _, _ = sagl_loss(out, views, 0.3, objective, [x[idx] for x in views])
         torch.testing.assert_close(cached, total)
     else:
         z = out["codes"]
-        se_ref = ((z - a @ z) ** 2).sum() / (z ** 2).sum()
-    rec_ref = sum(((x - r) ** 2).sum() / (x ** 2).sum() for x, r in zip(views, out["recon"]))
+        se_ref = ((z - a @ z) ** 2).sum() / (z**2).sum()
+    rec_ref = sum(
+        ((x - r) ** 2).sum() / (x**2).sum() for x, r in zip(views, out["recon"])
+    )
     torch.testing.assert_close(se, se_ref)
     torch.testing.assert_close(total, se_ref + 0.3 * rec_ref)
 
 
 def test_entmax_rows_pass_gradcheck():
-    s = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3
+    s = (
+        torch.randn(
+            5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+        )
+        * 3
+    )
     s.requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda t: entmax15(t, dim=1), (s,), eps=1e-6, atol=1e-5)
+    assert torch.autograd.gradcheck(
+        lambda t: entmax15(t, dim=1), (s,), eps=1e-6, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("objective", ["inputs", "codes"])
@@ -270,11 +325,17 @@ def test_loss_gradient_passes_gradcheck(objective):
         s = ((z @ u)[:, None, :] * (z @ model.V)[idx]).sum(-1) * math.sqrt(8)
         w = entmax15(s * (1 + model.gate_strength * omega)[:, None], dim=1)
         agg = torch.einsum("nm,nmc->nc", w, z[idx])
-        out = {"kind": "entmax15", "weights": w, "index": idx, "codes": z, "aggregate": agg,
-               "recon": [dec(z + model.W(agg)) for dec in model.decoders]}
+        out = {
+            "kind": "entmax15",
+            "weights": w,
+            "index": idx,
+            "codes": z,
+            "aggregate": agg,
+            "recon": [dec(z + model.W(agg)) for dec in model.decoders],
+        }
         return sagl_loss(out, views, 0.5, objective)[0]
 
-    with torch.no_grad():   # the hand-written f is the model's forward
+    with torch.no_grad():  # the hand-written f is the model's forward
         out = model(views, idx)
         ref = sagl_loss(out, views, 0.5, objective)[0]
     torch.testing.assert_close(f(u0), ref)
@@ -296,22 +357,29 @@ def test_gradients_reach_every_parameter():
 def test_fit_is_seeded_stops_by_rule_and_leaves_global_rng_alone():
     views = small_views(n=20)
     state = torch.get_rng_state()
-    r1 = fit_sagl(views, max_steps=40, tol=0.0, seed=5, n_candidates=6,
-                  callback=lambda step, out: step, callback_every=10)
+    r1 = fit_sagl(
+        views,
+        max_steps=40,
+        tol=0.0,
+        seed=5,
+        n_candidates=6,
+        callback=lambda step, out: step,
+        callback_every=10,
+    )
     assert torch.equal(state, torch.get_rng_state())
     assert r1.n_steps == 40 and r1.history == [0, 10, 20, 30, 40]
     r2 = fit_sagl(views, max_steps=40, tol=0.0, seed=5, n_candidates=6)
     assert torch.equal(r1.graph, r2.graph)
     assert r1.losses[-1] < r1.losses[0]
     r3 = fit_sagl(views, max_steps=400, tol=0.5, window=5, seed=5, n_candidates=6)
-    assert r3.n_steps < 400          # the rule fires: the loss stalls long before 400 steps
+    assert r3.n_steps < 400  # the rule fires: the loss stalls long before 400 steps
     w = r3.losses
     assert w[-6] - w[-1] < 0.5 * abs(w[-6])
     assert r1.graph.shape == (20, 20) and not r1.graph.requires_grad
 
 
 def test_spectral_readout_recovers_blocks(device):
-    for sizes in ([3, 4, 3], [120, 130, 110]):   # dense and Lanczos paths
+    for sizes in ([3, 4, 3], [120, 130, 110]):  # dense and Lanczos paths
         y = torch.arange(3).repeat_interleave(torch.tensor(sizes))
         a = (y[:, None] == y[None, :]).double().to(device)
         a.fill_diagonal_(0)
@@ -323,9 +391,16 @@ def test_spectral_readout_recovers_blocks(device):
 
 
 def test_sagl_cluster_keeps_easy_subspaces_apart():
-    views, y, _ = make_multiview_subspaces(n_per_class=20, n_classes=3, latent_dim=16,
-                                           subspace_dim=2, view_dims=(8, 10), noise=0.01,
-                                           nonlinearity=0.5, seed=0)
+    views, y, _ = make_multiview_subspaces(
+        n_per_class=20,
+        n_classes=3,
+        latent_dim=16,
+        subspace_dim=2,
+        view_dims=(8, 10),
+        noise=0.01,
+        nonlinearity=0.5,
+        seed=0,
+    )
     res = sagl_cluster(views, 3, seed=0, max_steps=40, n_candidates=10)
     assert res.labels.shape == (60,)
     # nearly independent subspaces: the learned graph keeps almost all weight in-class

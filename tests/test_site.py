@@ -8,6 +8,7 @@ screen is saved under ``_build/screenshots/``.
 
 Run after ``make book`` (``make test`` does); ``LOCALBOOK_SITE`` may point at another build.
 """
+
 import functools
 import http.server
 import os
@@ -24,7 +25,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("LOCALBOOK_SITE", ROOT / "_build" / "html"))
-BOOK_ROOT = SITE.parent.parent if "LOCALBOOK_SITE" in os.environ else ROOT  # where _toc.yml/_config.yml are
+BOOK_ROOT = (
+    SITE.parent.parent if "LOCALBOOK_SITE" in os.environ else ROOT
+)  # where _toc.yml/_config.yml are
 SHOTS = SITE.parent / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -67,7 +70,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def server():
     if not (SITE / "index.html").exists():
         pytest.fail(f"no built site at {SITE}: run `make book` first")
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE))
+    )
     t = threading.Thread(target=httpd.serve_forever, daemon=True)
     t.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -78,11 +83,22 @@ def server():
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
-        pytest.fail("Debian's chromium is not installed: run `make browser` (apt-get install -y chromium)")
+        pytest.fail(
+            "Debian's chromium is not installed: run `make browser` (apt-get install -y chromium)"
+        )
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                    "--no-first-run", "--disable-background-networking", "--disable-component-update"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+            ],
+        )
         yield b
         b.close()
 
@@ -108,8 +124,14 @@ def page(browser):
 
     pg.on("console", on_console)
     pg.on("pageerror", lambda e: pg.problems.append(f"page error: {e}"))
-    pg.on("requestfailed", lambda r: pg.problems.append(f"request failed: {r.url} ({r.failure})")
-          if urlparse(r.url).hostname == "127.0.0.1" else None)
+    pg.on(
+        "requestfailed",
+        lambda r: (
+            pg.problems.append(f"request failed: {r.url} ({r.failure})")
+            if urlparse(r.url).hostname == "127.0.0.1"
+            else None
+        ),
+    )
     pg.route("**/*", route)
     yield pg
     ctx.close()
@@ -159,10 +181,14 @@ def test_toc_lists_pages():
 @pytest.mark.parametrize("doc,ext", PAGES, ids=[d for d, _ in PAGES])
 def test_page(doc, ext, server, page):
     resp = page.goto(f"{server}/{doc}.html", wait_until="load")
-    assert resp is not None and resp.ok, f"{doc}.html: HTTP {resp.status if resp else 'no response'}"
+    assert resp is not None and resp.ok, (
+        f"{doc}.html: HTTP {resp.status if resp else 'no response'}"
+    )
     r = page.evaluate(CHECK_PAGE_JS)
     page.wait_for_timeout(200)  # late console messages
-    assert not page.external, f"requests leaving 127.0.0.1 (a CDN?): {page.external[:5]}"
+    assert not page.external, (
+        f"requests leaving 127.0.0.1 (a CDN?): {page.external[:5]}"
+    )
     assert not page.problems, "\n".join(page.problems[:10])
     assert not r["broken"], f"images that did not load: {r['broken']}"
     if r["nMath"]:
@@ -172,17 +198,29 @@ def test_page(doc, ext, server, page):
         assert r["nTypeset"] >= r["nMath"]
     assert not r["texErrors"], f"TeX errors: {r['texErrors'][:5]}"
     assert r["rawDisplayMath"] == 0, "raw $$ in the page text: math not parsed"
-    assert r["rawInlineTeX"] == 0, "raw \\( or \\[ in the page text: MathJax did not typeset it"
+    assert r["rawInlineTeX"] == 0, (
+        "raw \\( or \\[ in the page text: MathJax did not typeset it"
+    )
     assert r["emptyWidgets"] == 0, "an empty widget box"
     if ext == ".ipynb":
         org, repo, branch = repository()
         name = doc.split("/")[-1]
         colab = f"https://colab.research.google.com/github/{org}/{repo}/blob/{branch}/{doc}.ipynb"
-        assert colab in r["links"], f"no Colab link {colab}; launch links: {[l for l in r['links'] if 'colab' in l or 'binder' in l]}"
-        binder = [l for l in r["links"] if l.startswith(f"https://mybinder.org/v2/gh/{org}/{repo}/{branch}?")]
-        assert binder and f"{doc}.ipynb" in binder[0], f"no well-formed Binder link for {name}"
+        assert colab in r["links"], (
+            f"no Colab link {colab}; launch links: {[l for l in r['links'] if 'colab' in l or 'binder' in l]}"
+        )
+        binder = [
+            l
+            for l in r["links"]
+            if l.startswith(f"https://mybinder.org/v2/gh/{org}/{repo}/{branch}?")
+        ]
+        assert binder and f"{doc}.ipynb" in binder[0], (
+            f"no well-formed Binder link for {name}"
+        )
         SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / f"{name}.png"))  # the first screen, as a reader sees it
+        page.screenshot(
+            path=str(SHOTS / f"{name}.png")
+        )  # the first screen, as a reader sees it
 
 
 def test_search_page_finds_a_word(server, page):
@@ -191,4 +229,6 @@ def test_search_page_finds_a_word(server, page):
     n = page.locator("#search-results li").count()
     assert n > 0
     assert not page.external, page.external[:5]
-    assert not [p for p in page.problems if "console error" in p or "page error" in p], page.problems
+    assert not [
+        p for p in page.problems if "console error" in p or "page error" in p
+    ], page.problems

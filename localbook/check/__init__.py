@@ -8,8 +8,21 @@ solution code. In the book build and the test suite (``LOCALBOOK_STATIC`` or
 ``LOCALBOOK_CHECK_STRICT`` set) a failed check raises ``AssertionError`` instead, so a broken
 solution fails the build; see :mod:`localbook.check._common`.
 """
+
 from . import ch01, ch02, ch02b, ch03, ch04, ch05, ch06, ch08, ch09, ch10, metric  # noqa: F401
 from ._common import strict_mode  # noqa: F401
 
-__all__ = ["ch01", "ch02", "ch02b", "ch03", "ch04", "ch05", "ch06", "ch08", "ch09", "ch10", "metric",
-           "strict_mode"]
+__all__ = [
+    "ch01",
+    "ch02",
+    "ch02b",
+    "ch03",
+    "ch04",
+    "ch05",
+    "ch06",
+    "ch08",
+    "ch09",
+    "ch10",
+    "metric",
+    "strict_mode",
+]

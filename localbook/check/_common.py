@@ -16,6 +16,7 @@ Two modes:
 Strict mode is on when the environment variable ``LOCALBOOK_CHECK_STRICT`` is true, or when it is
 unset and ``LOCALBOOK_STATIC`` (set by ``make book`` / ``make test``) is true.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -94,52 +95,79 @@ def as_scalar(got, what: str = "your function") -> float:
         import numpy as np
 
         if isinstance(got, np.ndarray) and got.ndim != 0:
-            raise Mismatch(f"{what} returned an array of shape {got.shape}; a scalar was expected",
-                           "return a float, not an array")
+            raise Mismatch(
+                f"{what} returned an array of shape {got.shape}; a scalar was expected",
+                "return a float, not an array",
+            )
     except ImportError:  # pragma: no cover
         pass
     try:
         return float(got)
     except (TypeError, ValueError):
-        raise Mismatch(f"{what} returned a {type(got).__name__}; a number was expected",
-                       "return a float") from None
+        raise Mismatch(
+            f"{what} returned a {type(got).__name__}; a number was expected",
+            "return a float",
+        ) from None
 
 
-def as_vector(got, n: int, like: torch.Tensor, what: str = "your function") -> torch.Tensor:
+def as_vector(
+    got, n: int, like: torch.Tensor, what: str = "your function"
+) -> torch.Tensor:
     """The student's ``(n,)`` answer as a tensor like ``like``, or a :class:`Mismatch`."""
     if got is None:
-        raise Mismatch(f"{what} returned None", "did you forget the `return` statement?")
+        raise Mismatch(
+            f"{what} returned None", "did you forget the `return` statement?"
+        )
     if not isinstance(got, torch.Tensor):
         try:
             got = torch.as_tensor(got)
         except Exception:
-            raise Mismatch(f"{what} returned a {type(got).__name__}; a tensor of shape ({n},) was expected",
-                           "return a torch tensor") from None
+            raise Mismatch(
+                f"{what} returned a {type(got).__name__}; a tensor of shape ({n},) was expected",
+                "return a torch tensor",
+            ) from None
     if tuple(got.shape) != (n,):
         hint = "return a 1-D tensor with one entry per data point"
         if got.numel() == n:
             hint = f"you have the right number of entries: flatten it (e.g. `.reshape({n})` or `.squeeze()`)"
         raise Mismatch(f"shape {tuple(got.shape)} returned, ({n},) expected", hint)
-    if got.is_complex() or not (got.is_floating_point() or got.dtype in (torch.int32, torch.int64)):
-        raise Mismatch(f"{what} returned dtype {got.dtype}", "return real floating-point values")
+    if got.is_complex() or not (
+        got.is_floating_point() or got.dtype in (torch.int32, torch.int64)
+    ):
+        raise Mismatch(
+            f"{what} returned dtype {got.dtype}", "return real floating-point values"
+        )
     return got.detach().to(dtype=like.dtype, device="cpu")
 
 
-def close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-6, atol: float = 1e-8) -> bool:
+def close(
+    a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-6, atol: float = 1e-8
+) -> bool:
     a = torch.as_tensor(a, dtype=torch.float64)
     b = torch.as_tensor(b, dtype=torch.float64)
-    return bool(torch.isfinite(a).all()) and bool(torch.allclose(a, b, rtol=rtol, atol=atol))
+    return bool(torch.isfinite(a).all()) and bool(
+        torch.allclose(a, b, rtol=rtol, atol=atol)
+    )
 
 
-def run_check(name: str, fn: Callable, cases: List[Case], judge: Callable[[Case, Any], None], summary: str) -> bool:
+def run_check(
+    name: str,
+    fn: Callable,
+    cases: List[Case],
+    judge: Callable[[Case, Any], None],
+    summary: str,
+) -> bool:
     """Call ``fn`` on every case and let ``judge(case, answer)`` raise :class:`Mismatch` on a wrong answer.
 
     Prints one line on success, or the failing case with its hint; returns True/False (strict mode
     raises instead of returning False, see the module docstring).
     """
     if not callable(fn):
-        return _fail(name, f"expected your function itself, got a {type(fn).__name__}",
-                     "pass the function without calling it: check(my_function), not check(my_function(...))")
+        return _fail(
+            name,
+            f"expected your function itself, got a {type(fn).__name__}",
+            "pass the function without calling it: check(my_function), not check(my_function(...))",
+        )
     fname = getattr(fn, "__name__", "your function")
     for i, case in enumerate(cases, 1):
         where = f"case {i} of {len(cases)} ({case.describe})"
@@ -148,12 +176,19 @@ def run_check(name: str, fn: Callable, cases: List[Case], judge: Callable[[Case,
         except NotImplementedError:
             if strict_mode():
                 raise
-            print(f"… {name}: `{fname}` is not implemented yet — replace `raise NotImplementedError` "
-                  "with your code, then run this check again.")
+            print(
+                f"… {name}: `{fname}` is not implemented yet — replace `raise NotImplementedError` "
+                "with your code, then run this check again."
+            )
             return False
-        except Exception as exc:  # the student's code crashed: say where, not how to fix it
-            return _fail(name, f"{where}: `{fname}` raised {type(exc).__name__}: {exc}",
-                         "run it on a small example of your own to find the line that fails")
+        except (
+            Exception
+        ) as exc:  # the student's code crashed: say where, not how to fix it
+            return _fail(
+                name,
+                f"{where}: `{fname}` raised {type(exc).__name__}: {exc}",
+                "run it on a small example of your own to find the line that fails",
+            )
         try:
             judge(case, got)
         except Mismatch as m:

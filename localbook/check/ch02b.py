@@ -4,6 +4,7 @@ Call it on your own function inside an exercise cell::
 
     lb.check.ch02b.local_quantile_1d(my_local_quantile)
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -15,7 +16,9 @@ from ._common import Case, Mismatch, as_scalar, fmt, new_generator, run_check
 __all__ = ["local_quantile_1d"]
 
 
-def _pinball_objective(theta: float, w: torch.Tensor, y: torch.Tensor, q: float) -> float:
+def _pinball_objective(
+    theta: float, w: torch.Tensor, y: torch.Tensor, q: float
+) -> float:
     u = y - theta
     return float((w * u * (q - (u < 0).to(u.dtype))).sum())
 
@@ -35,8 +38,14 @@ def local_quantile_1d(fn: Callable, *, seed: Optional[int] = None) -> bool:
 
     g = new_generator(seed)
     cases = []
-    for n, h, q in [(7, 0.5, 0.5), (40, 0.1, 0.5), (60, 0.2, 0.1), (100, 0.05, 0.9),
-                    (25, 1.0, 0.75), (200, 0.3, 0.3)]:
+    for n, h, q in [
+        (7, 0.5, 0.5),
+        (40, 0.1, 0.5),
+        (60, 0.2, 0.1),
+        (100, 0.05, 0.9),
+        (25, 1.0, 0.75),
+        (200, 0.3, 0.3),
+    ]:
         x = torch.rand(n, generator=g, dtype=torch.float64)
         # Student t with 2 degrees of freedom: z / sqrt(χ²₂ / 2), with χ²₂ / 2 = −log U
         z = torch.randn(n, generator=g, dtype=torch.float64)
@@ -45,7 +54,9 @@ def local_quantile_1d(fn: Callable, *, seed: Optional[int] = None) -> bool:
         y = torch.sin(6 * x) + 0.5 * noise
         x_star = float(torch.rand(1, generator=g, dtype=torch.float64))
         want = float(local_quantile([[x_star]], x, y, h, q=q)[0])
-        cases.append(Case((x_star, x, y, h, q), f"n = {n}, h = {h:g}, q = {q:g}", {"want": want}))
+        cases.append(
+            Case((x_star, x, y, h, q), f"n = {n}, h = {h:g}, q = {q:g}", {"want": want})
+        )
 
     def judge(case, got):
         x_star, x, y, h, q = case.args
@@ -57,20 +68,35 @@ def local_quantile_1d(fn: Callable, *, seed: Optional[int] = None) -> bool:
         J_got = _pinball_objective(got, w, y, q) if got == got else float("inf")
         if J_got <= J_want + tol:
             return
-        msg = (f"expected {fmt(want)} (weighted pinball loss {fmt(J_want)}), got {fmt(got)} "
-               f"(loss {fmt(J_got)})")
+        msg = (
+            f"expected {fmt(want)} (weighted pinball loss {fmt(J_want)}), got {fmt(got)} "
+            f"(loss {fmt(J_got)})"
+        )
         nw = float(nadaraya_watson([[x_star]], x, y, h)[0])
         plain = float(torch.quantile(y, q, interpolation="lower"))
         flipped = float(local_quantile([[x_star]], x, y, h, q=1 - q)[0])
         if abs(got - nw) <= 1e-9 * (1 + abs(nw)):
-            raise Mismatch(msg, "that is the local mean (squared loss); the pinball loss gives a "
-                                "weighted quantile of the y_i, not a weighted average")
+            raise Mismatch(
+                msg,
+                "that is the local mean (squared loss); the pinball loss gives a "
+                "weighted quantile of the y_i, not a weighted average",
+            )
         if abs(got - plain) <= 1e-12 * (1 + abs(plain)) and abs(plain - want) > 0:
-            raise Mismatch(msg, "that is the quantile of all y_i: weight each y_i by K(x*, x_i)")
+            raise Mismatch(
+                msg, "that is the quantile of all y_i: weight each y_i by K(x*, x_i)"
+            )
         if abs(got - flipped) <= 1e-12 * (1 + abs(flipped)) and abs(flipped - want) > 0:
-            raise Mismatch(msg, "you computed the (1 − q)-quantile: sort the y_i increasingly and "
-                                "stop where the cumulative weight first reaches q · Σ K_i")
-        raise Mismatch(msg, "sort the y_i, accumulate their kernel weights in that order, and "
-                            "return the first y_(j) whose cumulative weight reaches q · Σ_i K_i")
+            raise Mismatch(
+                msg,
+                "you computed the (1 − q)-quantile: sort the y_i increasingly and "
+                "stop where the cumulative weight first reaches q · Σ K_i",
+            )
+        raise Mismatch(
+            msg,
+            "sort the y_i, accumulate their kernel weights in that order, and "
+            "return the first y_(j) whose cumulative weight reaches q · Σ_i K_i",
+        )
 
-    return run_check("local_quantile_1d", fn, cases, judge, "heavy-tailed data, q from 0.1 to 0.9")
+    return run_check(
+        "local_quantile_1d", fn, cases, judge, "heavy-tailed data, q from 0.1 to 0.9"
+    )

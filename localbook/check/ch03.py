@@ -1,7 +1,8 @@
 """Self-checks for chapter 3 (MeanShift): one mean-shift step.
 
-    lb.check.ch03.mean_shift_step(my_step)
+lb.check.ch03.mean_shift_step(my_step)
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -15,17 +16,24 @@ __all__ = ["mean_shift_step"]
 
 def _as_points(got, shape, like) -> torch.Tensor:
     if got is None:
-        raise Mismatch("your function returned None", "did you forget the `return` statement?")
+        raise Mismatch(
+            "your function returned None", "did you forget the `return` statement?"
+        )
     if not isinstance(got, torch.Tensor):
         try:
             got = torch.as_tensor(got)
         except Exception:
-            raise Mismatch(f"your function returned a {type(got).__name__}", "return a torch tensor of points") from None
+            raise Mismatch(
+                f"your function returned a {type(got).__name__}",
+                "return a torch tensor of points",
+            ) from None
     if tuple(got.shape) != tuple(shape):
         hint = "return one row per query point, with the same number of columns as the data"
         if got.numel() == shape[0] * shape[1]:
             hint = f"you have the right number of entries: reshape to {tuple(shape)}"
-        raise Mismatch(f"shape {tuple(got.shape)} returned, {tuple(shape)} expected", hint)
+        raise Mismatch(
+            f"shape {tuple(got.shape)} returned, {tuple(shape)} expected", hint
+        )
     return got.detach().to(dtype=like.dtype, device="cpu")
 
 
@@ -42,14 +50,24 @@ def mean_shift_step(fn: Callable, *, seed: Optional[int] = None) -> bool:
 
     g = new_generator(seed)
     cases = []
-    for n, m, d, h, far in [(5, 3, 1, 0.8, False), (40, 6, 2, 0.5, False), (100, 4, 3, 1.2, False),
-                            (200, 5, 2, 0.2, False), (60, 3, 5, 1.0, False), (50, 2, 2, 0.3, True)]:
+    for n, m, d, h, far in [
+        (5, 3, 1, 0.8, False),
+        (40, 6, 2, 0.5, False),
+        (100, 4, 3, 1.2, False),
+        (200, 5, 2, 0.2, False),
+        (60, 3, 5, 1.0, False),
+        (50, 2, 2, 0.3, True),
+    ]:
         x = torch.randn(n, d, generator=g, dtype=torch.float64)
         q = x[:m] + 0.3 * torch.randn(m, d, generator=g, dtype=torch.float64)
         if far:
-            q[-1] = 40.0  # every kernel value underflows: only a log-space (or shifted) ratio survives
+            q[-1] = (
+                40.0  # every kernel value underflows: only a log-space (or shifted) ratio survives
+            )
         want = nadaraya_watson(q, x, x, h)
-        what = f"n = {n}, d = {d}, h = {h:g}" + (", one query far from all data" if far else "")
+        what = f"n = {n}, d = {d}, h = {h:g}" + (
+            ", one query far from all data" if far else ""
+        )
         cases.append(Case((q, x, h), what, {"want": want}))
 
     def judge(case, got):
@@ -58,16 +76,32 @@ def mean_shift_step(fn: Callable, *, seed: Optional[int] = None) -> bool:
         want = case.extra["want"]
         if close(got, want):
             return
-        bad = (~torch.isclose(got, want, rtol=1e-6, atol=1e-8) | ~torch.isfinite(got)).any(1)
+        bad = (
+            ~torch.isclose(got, want, rtol=1e-6, atol=1e-8) | ~torch.isfinite(got)
+        ).any(1)
         i = int(bad.nonzero()[0, 0])
         msg = f"query {i}: expected {[fmt(float(v)) for v in want[i]]}, got {[fmt(float(v)) for v in got[i]]}"
         if close(got, want - q):
-            raise Mismatch(msg, "you returned the shift m(x) − x; the step moves the point to m(x) itself")
+            raise Mismatch(
+                msg,
+                "you returned the shift m(x) − x; the step moves the point to m(x) itself",
+            )
         if close(got, (want - q) / h**2):
-            raise Mismatch(msg, "you returned the score ∇log p̂(x) = (m(x) − x)/h²; the check wants m(x)")
+            raise Mismatch(
+                msg,
+                "you returned the score ∇log p̂(x) = (m(x) − x)/h²; the check wants m(x)",
+            )
         if not bool(torch.isfinite(got).all()):
-            raise Mismatch(msg, "NaN or inf: for a query far from all data every exp(−u²/2) underflows to 0 — "
-                                "subtract the largest exponent before exponentiating (or use logsumexp / softmax)")
-        raise Mismatch(msg, "m(x) is a weighted mean: divide Σ K_i x_i by Σ K_i, with K_i = exp(−|x − x_i|²/(2h²))")
+            raise Mismatch(
+                msg,
+                "NaN or inf: for a query far from all data every exp(−u²/2) underflows to 0 — "
+                "subtract the largest exponent before exponentiating (or use logsumexp / softmax)",
+            )
+        raise Mismatch(
+            msg,
+            "m(x) is a weighted mean: divide Σ K_i x_i by Σ K_i, with K_i = exp(−|x − x_i|²/(2h²))",
+        )
 
-    return run_check("mean_shift_step", fn, cases, judge, "1-D to 5-D, one query far from all data")
+    return run_check(
+        "mean_shift_step", fn, cases, judge, "1-D to 5-D, one query far from all data"
+    )

@@ -1,7 +1,8 @@
 """Self-checks for the chapter on attention (file 05): the kernel-smoothed bigram model.
 
-    lb.check.ch05.kernel_bigram(my_kernel_bigram)
+lb.check.ch05.kernel_bigram(my_kernel_bigram)
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -44,11 +45,15 @@ def kernel_bigram(fn: Callable, *, seed: Optional[int] = None) -> bool:
         K, C = case.args
         V = K.shape[0]
         if got is None:
-            raise Mismatch("your function returned None", "did you forget the `return` statement?")
+            raise Mismatch(
+                "your function returned None", "did you forget the `return` statement?"
+            )
         got = torch.as_tensor(got).detach().to(torch.float64)
         if tuple(got.shape) != (V, V):
-            raise Mismatch(f"shape {tuple(got.shape)} returned, ({V}, {V}) expected",
-                           "one row of next-token probabilities per current token a")
+            raise Mismatch(
+                f"shape {tuple(got.shape)} returned, ({V}, {V}) expected",
+                "one row of next-token probabilities per current token a",
+            )
         want = case.extra["want"]
         if close(got, want, rtol=1e-9, atol=1e-12):
             return
@@ -61,22 +66,48 @@ def kernel_bigram(fn: Callable, *, seed: Optional[int] = None) -> bool:
             return M / M.sum(1, keepdim=True)
 
         for value, hint in [
-            (rows(K.T @ C), "K(a, a') weighs the count row of a' for the current token a: (K C), "
-                            "not Kᵀ C"),
-            (rows(C @ K), "the kernel acts on the current token (the rows of C): K C, not C K"),
-            (C / n[:, None], "this is the plain bigram model (the delta kernel); "
-                                          "smooth the count rows with K first"),
-            (K @ C, "normalize: divide row a by Σ_s K(a, x_s) = (K n)_a with n_a' = Σ_b C_a'b"),
-            ((K @ C) / K.sum(1, keepdim=True), "the denominator weights each token by how often it "
-                                                "occurs: (K n)_a with n the row sums of C, "
-                                                "not the row sums of K"),
+            (
+                rows(K.T @ C),
+                "K(a, a') weighs the count row of a' for the current token a: (K C), "
+                "not Kᵀ C",
+            ),
+            (
+                rows(C @ K),
+                "the kernel acts on the current token (the rows of C): K C, not C K",
+            ),
+            (
+                C / n[:, None],
+                "this is the plain bigram model (the delta kernel); "
+                "smooth the count rows with K first",
+            ),
+            (
+                K @ C,
+                "normalize: divide row a by Σ_s K(a, x_s) = (K n)_a with n_a' = Σ_b C_a'b",
+            ),
+            (
+                (K @ C) / K.sum(1, keepdim=True),
+                "the denominator weights each token by how often it "
+                "occurs: (K n)_a with n the row sums of C, "
+                "not the row sums of K",
+            ),
         ]:
             if torch.allclose(got, value, rtol=1e-9, atol=1e-12, equal_nan=True):
                 raise Mismatch(msg, hint)
         if not bool(torch.isfinite(got).all()):
-            raise Mismatch(msg, "a token that never occurs still gets a prediction: (K n)_a > 0 "
-                                "since K is positive — divide by it, not by n_a")
-        raise Mismatch(msg, "group the positions by their token: Σ_s K(a, x_s) e_{x_{s+1}} = (K C)_a·")
+            raise Mismatch(
+                msg,
+                "a token that never occurs still gets a prediction: (K n)_a > 0 "
+                "since K is positive — divide by it, not by n_a",
+            )
+        raise Mismatch(
+            msg,
+            "group the positions by their token: Σ_s K(a, x_s) e_{x_{s+1}} = (K C)_a·",
+        )
 
-    return run_check("kernel_bigram", fn, cases, judge,
-                     "V from 2 to 40, asymmetric kernels, against sums over positions")
+    return run_check(
+        "kernel_bigram",
+        fn,
+        cases,
+        judge,
+        "V from 2 to 40, asymmetric kernels, against sums over positions",
+    )

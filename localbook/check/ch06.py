@@ -1,7 +1,8 @@
 """Self-checks for chapter 6 (entmax): sparsemax as a Euclidean projection onto the simplex.
 
-    lb.check.ch06.sparsemax(my_sparsemax)
+lb.check.ch06.sparsemax(my_sparsemax)
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -29,8 +30,14 @@ def sparsemax(fn: Callable, *, seed: Optional[int] = None) -> bool:
         ("n = 10", 2 * torch.randn(10, generator=g, dtype=torch.float64)),
         ("n = 200", torch.randn(200, generator=g, dtype=torch.float64)),
         ("ties", torch.tensor([1.0, 1.0, 0.2, -0.5, 1.0], dtype=torch.float64)),
-        ("one dominant score", torch.tensor([5.0, 0.1, -0.3, 0.0], dtype=torch.float64)),
-        ("nearly equal scores", 0.01 * torch.randn(8, generator=g, dtype=torch.float64)),
+        (
+            "one dominant score",
+            torch.tensor([5.0, 0.1, -0.3, 0.0], dtype=torch.float64),
+        ),
+        (
+            "nearly equal scores",
+            0.01 * torch.randn(8, generator=g, dtype=torch.float64),
+        ),
     ]
     cases = [Case((z,), what, {"want": reference(z)}) for what, z in zs]
 
@@ -44,13 +51,25 @@ def sparsemax(fn: Callable, *, seed: Optional[int] = None) -> bool:
         i = int(bad.nonzero()[0, 0])
         msg = f"entry {i}: expected {fmt(float(want[i]))}, got {fmt(float(got[i]))}"
         if close(got, torch.softmax(z, 0)):
-            raise Mismatch(msg, "this is softmax; sparsemax thresholds instead: p_i = max(z_i − τ, 0)")
+            raise Mismatch(
+                msg,
+                "this is softmax; sparsemax thresholds instead: p_i = max(z_i − τ, 0)",
+            )
         if bool((got < -1e-12).any()):
-            raise Mismatch(msg + " (negative entries)", "clip at zero: p_i = max(z_i − τ, 0)")
+            raise Mismatch(
+                msg + " (negative entries)", "clip at zero: p_i = max(z_i − τ, 0)"
+            )
         if abs(float(got.sum()) - 1) > 1e-6:
-            raise Mismatch(msg + f" (sum {fmt(float(got.sum()))})",
-                           "τ must make the output sum to one: τ = (Σ_{j ≤ k} z_(j) − 1)/k, with k the "
-                           "support size, the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j)")
-        raise Mismatch(msg, "the support is the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j) (scores sorted decreasingly)")
+            raise Mismatch(
+                msg + f" (sum {fmt(float(got.sum()))})",
+                "τ must make the output sum to one: τ = (Σ_{j ≤ k} z_(j) − 1)/k, with k the "
+                "support size, the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j)",
+            )
+        raise Mismatch(
+            msg,
+            "the support is the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j) (scores sorted decreasingly)",
+        )
 
-    return run_check("sparsemax", fn, cases, judge, "ties, one-hot and full-support cases")
+    return run_check(
+        "sparsemax", fn, cases, judge, "ties, one-hot and full-support cases"
+    )

@@ -1,7 +1,8 @@
 """Self-checks for the chapter on memorization (file 08): leave-one-out residuals of interpolation.
 
-    lb.check.ch08.loo_residuals(my_loo_residuals)
+lb.check.ch08.loo_residuals(my_loo_residuals)
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -29,8 +30,14 @@ def loo_residuals(fn: Callable, *, seed: Optional[int] = None) -> bool:
 
     g = new_generator(seed)
     cases = []
-    for N, p, relu in [(3, 12, False), (10, 30, True), (20, 23, False), (25, 100, True),
-                       (40, 160, False), (15, 60, True)]:
+    for N, p, relu in [
+        (3, 12, False),
+        (10, 30, True),
+        (20, 23, False),
+        (25, 100, True),
+        (40, 160, False),
+        (15, 60, True),
+    ]:
         Phi = torch.randn(N, p, generator=g, dtype=torch.float64)
         if relu:  # random ReLU features of Gaussian inputs, as in the chapter
             Z = torch.randn(N, 8, generator=g, dtype=torch.float64)
@@ -38,12 +45,24 @@ def loo_residuals(fn: Callable, *, seed: Optional[int] = None) -> bool:
             Phi = torch.relu(Z @ W.T) / p**0.5
         y = torch.sign(torch.randn(N, generator=g, dtype=torch.float64))
         keep = ~torch.eye(N, dtype=torch.bool)
-        pred = torch.stack([Phi[i] @ min_norm_fit(Phi[keep[i]], y[keep[i]]) for i in range(N)])
+        pred = torch.stack(
+            [Phi[i] @ min_norm_fit(Phi[keep[i]], y[keep[i]]) for i in range(N)]
+        )
         K = Phi @ Phi.T
-        tol = 1e3 * torch.finfo(K.dtype).eps * float(torch.linalg.cond(K)) * (1 + float(pred.abs().max()))
+        tol = (
+            1e3
+            * torch.finfo(K.dtype).eps
+            * float(torch.linalg.cond(K))
+            * (1 + float(pred.abs().max()))
+        )
         kind = "ReLU" if relu else "Gaussian"
-        cases.append(Case((Phi, y), f"N = {N}, p = {p}, {kind} features",
-                          {"pred": pred, "tol": tol, "K": K}))
+        cases.append(
+            Case(
+                (Phi, y),
+                f"N = {N}, p = {p}, {kind} features",
+                {"pred": pred, "tol": tol, "K": K},
+            )
+        )
 
     def judge(case, got):
         Phi, y = case.args
@@ -55,23 +74,42 @@ def loo_residuals(fn: Callable, *, seed: Optional[int] = None) -> bool:
             return
         bad = ~(torch.abs(got - want) <= tol)
         i = int(bad.nonzero()[0, 0])
-        msg = (f"entry {i}: expected {fmt(float(want[i]))}, got {fmt(float(got[i]))} "
-               f"({int(bad.sum())} of {N} entries differ)")
+        msg = (
+            f"entry {i}: expected {fmt(float(want[i]))}, got {fmt(float(got[i]))} "
+            f"({int(bad.sum())} of {N} entries differ)"
+        )
         Kinv = torch.linalg.inv(K)
         a = Kinv @ y
         for value, hint in [
-            (torch.zeros_like(y), "these are the in-sample residuals, all 0 because the model "
-                                  "interpolates; leave sample i out: S_{z_i}(z_i) = [K⁻¹G]_i / [K⁻¹]_ii"),
+            (
+                torch.zeros_like(y),
+                "these are the in-sample residuals, all 0 because the model "
+                "interpolates; leave sample i out: S_{z_i}(z_i) = [K⁻¹G]_i / [K⁻¹]_ii",
+            ),
             (a, "divide [K⁻¹G]_i by the diagonal entry [K⁻¹]_ii"),
-            (a / K.diagonal(), "divide by [K⁻¹]_ii, the diagonal of the inverse, not by K_ii"),
+            (
+                a / K.diagonal(),
+                "divide by [K⁻¹]_ii, the diagonal of the inverse, not by K_ii",
+            ),
             (-want, "sign: the residual is g_i − f(z_i, θ*₋ᵢ), not f(z_i, θ*₋ᵢ) − g_i"),
-            (pred, "these are the leave-one-out predictions f(z_i, θ*₋ᵢ); the check wants "
-                   "the residuals g_i − f(z_i, θ*₋ᵢ)"),
+            (
+                pred,
+                "these are the leave-one-out predictions f(z_i, θ*₋ᵢ); the check wants "
+                "the residuals g_i − f(z_i, θ*₋ᵢ)",
+            ),
         ]:
             if close(got, value, rtol=0, atol=tol * (1 + float(value.abs().max()))):
                 raise Mismatch(msg, hint)
-        raise Mismatch(msg, "with K = Φ Φᵀ: S_{z_i}(z_i) = [K⁻¹G]_i / [K⁻¹]_ii, or the diagonal "
-                            "of lb.stability(Phi, g, None, Phi)")
+        raise Mismatch(
+            msg,
+            "with K = Φ Φᵀ: S_{z_i}(z_i) = [K⁻¹G]_i / [K⁻¹]_ii, or the diagonal "
+            "of lb.stability(Phi, g, None, Phi)",
+        )
 
-    return run_check("loo_residuals", fn, cases, judge,
-                     "N from 3 to 40, against N brute-force refits each")
+    return run_check(
+        "loo_residuals",
+        fn,
+        cases,
+        judge,
+        "N from 3 to 40, against N brute-force refits each",
+    )
