@@ -1,6 +1,6 @@
 """Run every benchmark (``bench_*.py``) in one go and assemble ``benchmarks/RESULTS.md``.
 
-usage: python benchmarks/run_all.py [--device cpu|cuda] [--quick] [--only NAME ...]
+usage: python benchmarks/run_all.py [--device cpu|cuda] [--quick] [--threads T] [--only NAME ...]
        python benchmarks/run_all.py --assemble      (only rebuild RESULTS.md from results/*.md)
 """
 
@@ -38,6 +38,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="CPU threads for both sides (passed on)"
+    )
     ap.add_argument("--assemble", action="store_true")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
@@ -47,9 +50,8 @@ def main():
             name = script.stem.removeprefix("bench_")
             if a.only and name not in a.only:
                 continue
-            cmd = [sys.executable, str(script), "--device", a.device] + (
-                ["--quick"] if a.quick else []
-            )
+            cmd = [sys.executable, str(script), "--device", a.device]
+            cmd += ["--threads", str(a.threads)] + (["--quick"] if a.quick else [])
             print(f"=== {script.name} ({a.device})", flush=True)
             t = time.time()
             if subprocess.run(cmd).returncode != 0:
