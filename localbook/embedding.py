@@ -339,7 +339,8 @@ def trustworthiness(x, y, n_neighbors: int = 5):
     (1 for the nearest, the point itself excluded). 1 when every embedding neighbour is a data
     neighbour. Exactly tied distances (as computed) are ranked in random order, in expectation: a ``j`` that
     shares its distance with ``T − 1`` other points gets the mean penalty over the ``T`` ranks
-    they occupy (scikit-learn ranks ties as its sort happens to leave them). Without ties, the
+    they occupy (this library's convention: Venna & Kaski assume distinct distances, and
+    scikit-learn ranks ties as its sort happens to leave them). Without ties, the
     number of scikit-learn's ``sklearn.manifold.trustworthiness`` (Euclidean metric), without
     its dense ``(n, n)`` distance and rank matrices: the distances of ``x`` are formed in row
     chunks under the memory budget (one fused matrix product per chunk, in ``x``'s dtype — in

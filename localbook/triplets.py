@@ -112,16 +112,24 @@ def trimap_triplets(
 ):
     r"""TriMap's triplets and weights from high-dimensional points ``x (n, d)``.
 
-    For each ``i``: its ``n_inliers`` nearest neighbours ``j``, each paired with ``n_outliers``
-    uniformly drawn ``k`` (kept only when farther than ``j``), plus ``n_random`` random triplets
-    ordered so that ``j`` is the closer one. With the scaled similarity
-    :math:`p_{ij} = \exp(-\lVert x_i - x_j\rVert^2 / \sigma_i\sigma_j)`, :math:`\sigma_i` the mean
-    distance to the 4th–6th neighbours, the weight is, as in the original TriMap code,
+    For each ``i``: its ``n_inliers`` nearest neighbours ``j`` (Euclidean), each paired with
+    ``n_outliers`` uniformly drawn ``k`` (kept only when farther than ``j`` in the scaled
+    similarity), plus ``n_random`` random triplets ordered so that ``j`` is the closer one. With
+    the scaled similarity :math:`p_{ij} = \exp(-\lVert x_i - x_j\rVert^2 / \sigma_i\sigma_j)`,
+    :math:`\sigma_i` the mean distance from ``i`` to its 4th, 5th and 6th nearest neighbours (the
+    point itself not counted; the ``trimap`` package takes columns 3–5 of a neighbour list whose
+    column 0 is the point itself, i.e. the 3rd–5th neighbours), the weight is
     :math:`\omega = \log(1 + \gamma\,(\tilde\omega + 10^{-4}))` with
-    :math:`\tilde\omega = (p_{ij}/p_{ik}) / \max(p_{ij}/p_{ik})` computed in log space (random
-    triplets get a tenth of that). The floor :math:`10^{-4}` keeps every triplet in play: the
-    ratios span many orders of magnitude, and without it nearly all weights would vanish next to
-    the largest. Returns ``triplets (m, 3)`` (long) and ``weights (m,)``.
+    :math:`\tilde\omega = (p_{ij}/p_{ik}) / \max(p_{ij}/p_{ik})` computed in log space, and a
+    random triplet gets a tenth of that. The floor :math:`10^{-4}` and :math:`\gamma = 500` follow
+    the ``trimap`` code v1.0.x (2019–2021, the code, not the paper); the one-tenth weight of random
+    triplets comes from ``trimap`` v1.1+, which replaced the floor by a tempered logarithm; the
+    combination, with the tenth applied after the logarithm, is this library's choice. The
+    original also picks the inliers by scaled similarity among about ``n_inliers + 50``
+    Euclidean neighbours; here they are the ``n_inliers`` Euclidean nearest. The floor keeps
+    every triplet in play: the ratios span many orders of magnitude, and without it nearly all
+    weights would vanish next to the largest. Returns ``triplets (m, 3)`` (long) and
+    ``weights (m,)``.
 
     Cost: one chunked neighbour search (a fused matrix product per row chunk) and the distances
     of the sampled pairs, gathered row by row; no loop over points.
@@ -147,7 +155,8 @@ def _check_trimap_args(x, n_inliers, n_outliers, n_random, gamma):
 
 def _trimap_knn(x, n_inliers):
     r"""The seed-independent part of :func:`trimap_triplets`: neighbours, their squared distances
-    and the scales :math:`\sigma_i`."""
+    and the scales :math:`\sigma_i` (mean distance to the 4th–6th nearest neighbours: columns
+    3–5 of ``nn``, which excludes the point itself)."""
     n = x.shape[0]
     K = min(max(n_inliers, 6), n - 1)
     nn = _knn_self(x, K)[1]  # (n, K), the point itself excluded

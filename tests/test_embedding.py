@@ -601,3 +601,31 @@ def test_trustworthiness_device_and_bad_inputs(device):
         lb.trustworthiness(np.full((10, 2), np.nan), np.zeros((10, 2)))
     with pytest.raises(ValueError, match="eigen_solver"):
         lb.locally_linear_embedding(X.cpu(), eigen_solver="lobpcg")
+
+
+def test_trustworthiness_ties_mean_over_all_tie_orders():
+    # the oracle of the tie rule itself: for each point, every order of the other points that
+    # is consistent with the data distances (each way of breaking the ties) is enumerated,
+    # the penalty of scikit-learn's formula is computed for that order, and the mean over
+    # the orders is taken; lb.trustworthiness must equal it (integer data: exact ties)
+    import itertools
+
+    X = np.array([[0, 0], [1, 0], [0, 1], [-1, 0], [0, -1], [1, 1], [2, 0]], float)
+    Y = np.random.default_rng(3).normal(size=(len(X), 2))
+    n, k = len(X), 2
+    D = ((X[:, None] - X[None]) ** 2).sum(-1)
+    E = ((Y[:, None] - Y[None]) ** 2).sum(-1)
+    np.fill_diagonal(E, np.inf)
+    total = 0.0
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        nbrs = np.argsort(E[i], kind="stable")[:k]
+        pens = []
+        for order in itertools.permutations(others):
+            if all(D[i, a] <= D[i, b] for a, b in zip(order, order[1:])):
+                rank = {j: r + 1 for r, j in enumerate(order)}
+                pens.append(sum(max(0, rank[j] - k) for j in nbrs))
+        assert len(pens) > 1 or i == 6  # ties in (almost) every row
+        total += np.mean(pens)
+    expected = 1 - 2 * total / (n * k * (2 * n - 3 * k - 1))
+    assert lb.trustworthiness(X, Y, n_neighbors=k) == pytest.approx(expected, abs=1e-14)
