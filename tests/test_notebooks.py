@@ -152,3 +152,37 @@ def test_every_glued_name_in_the_prose_is_glued_by_the_code(path):
     assert not missing, (
         f"{path.name}: the prose shows glued names the code never glues: {missing}"
     )
+
+
+def _myst_tokens(text):
+    """Tokens of a markdown cell as MyST parses it with the book's extensions."""
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
+    config = MdParserConfig(
+        enable_extensions=set(CONFIG["parse"]["myst_enable_extensions"])
+    )
+    stack = list(create_md_parser(config, RendererHTML).parse(text))
+    while stack:
+        tok = stack.pop()
+        yield tok
+        stack.extend(tok.children or [])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_math_delimiters_pair_up_as_myst_reads_them(path):
+    """A line that starts with "+ " or "- " inside inline math begins a markdown list and
+    breaks the paragraph; a "$$" glued to a text line pairs with the wrong "$". Either way prose
+    (and glue roles) ends up inside math, where MathJax shows it as TeX or fails."""
+    nb = nbformat.read(path, as_version=4)
+    bad = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for tok in _myst_tokens(cell.source):
+            if tok.type.startswith("math") and (
+                "{glue" in tok.content or "`" in tok.content
+            ):
+                bad.append(f"cell {i}: {tok.content[:80]!r}")
+    assert not bad, "prose parsed as math:\n" + "\n".join(bad)
