@@ -109,7 +109,8 @@ def knn_fill(fn: Callable, *, seed: Optional[int] = None) -> bool:
         if np.isnan(got).any():
             raise Mismatch(
                 msg,
-                "every missing pixel gets a value: average only rows that observe it",
+                "every missing pixel gets a value: take the nearest rows *among those that "
+                "observe pixel p* (the donors); a NaN means a row you averaged does not observe p",
             )
         for value, hint in [
             (
