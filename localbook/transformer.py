@@ -1,6 +1,6 @@
 r"""Multi-head attention layers and a tiny Transformer built from the temporal local mean.
 
-:class:`LocalMeanAttention` runs ``H`` heads of :func:`localbook.attention.local_mean_attention`
+:class:`LocalMeanAttention` runs ``H`` heads of :func:`localbook.local_mean_attention`
 (softmax, sparsemax, 1.5-entmax, or α-entmax with a learnable α per head);
 :class:`LocalTransformer` stacks them as a hierarchical local model over characters (chapter 7;
 the training loop and baselines are in :mod:`localbook.language`).
