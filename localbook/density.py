@@ -34,6 +34,7 @@ from ._validate import (
 from .kernels import (
     KERNELS,
     Kernel,
+    _DataSide,
     _first_seen,
     _knn,
     _row_keys,
@@ -210,13 +211,15 @@ def _check_bool(value, name: str) -> bool:
     return value
 
 
-def _local_step(q: torch.Tensor, x: torch.Tensor, h: torch.Tensor, kern: Kernel):
-    """Self-local mean ``(s, d)`` and ``log Σ K`` ``(s,)`` at the points ``q``; empty → NaN, -inf.
+def _local_step(x: torch.Tensor, h: torch.Tensor, kern: Kernel):
+    """The self-local mean as a function of the seeds: ``q (s, d) -> (mean (s, d), log Σ K (s,))``
+    (empty ball: NaN-free ``mean`` rows to ignore, ``log Σ K = -inf``).
 
-    Compact kernels (the flat one of scikit-learn's ``MeanShift`` among them) go through the cell
-    list of :func:`localbook.kernels.local_average` in low dimension: each seed sees only the
-    points in the cells next to its own."""
-    return local_average(q, x, x, h, kern, warn_empty=False)
+    The data side (centre, cell list, scaled data) is prepared once for all the steps. Compact
+    kernels (the flat one of scikit-learn's ``MeanShift`` among them) go through the cell list
+    in low dimension where it pays: each seed sees only the points in the cells next to its own.
+    """
+    return _DataSide(x.detach(), x.detach(), h, kern)
 
 
 def _bin_seeds(x: torch.Tensor, h: torch.Tensor, min_bin_freq: int) -> torch.Tensor:
@@ -338,6 +341,7 @@ def mean_shift(
     log_mass = torch.full((s,), -math.inf, dtype=x.dtype, device=x.device)
     n_iter = 0
     path = [pos.clone()] if return_path else None
+    local_step = _local_step(x, h, kern)
     for t in range(max_iter + 1):
         idx = torch.nonzero(active)[:, 0]
         if idx.numel() == 0:
@@ -345,7 +349,7 @@ def mean_shift(
         n_iter = t
         # seeds at the same position share their whole future path: compute it once
         uniq, inverse = _unique_rows(pos[idx])
-        mean, ls = _local_step(uniq, x, h, kern)
+        mean, ls = local_step(uniq)
         mean, ls = mean[inverse], ls[inverse]
         empty = torch.isneginf(ls)
         step = torch.linalg.vector_norm((mean - pos[idx]) / h, dim=1)
@@ -407,8 +411,8 @@ def blurring_mean_shift(
     path = [y.clone()] if return_path else None
     n_iter = 0
     for t in range(max_iter):
-        mean, _ = _local_step(
-            y, y, h, kern
+        mean, _ = _local_step(y, h, kern)(
+            y
         )  # every point is in its own ball: no empties
         step = float(torch.linalg.vector_norm((mean - y) / h, dim=1).max())
         y = mean

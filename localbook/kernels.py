@@ -30,6 +30,7 @@ from typing import Callable, Iterator, Optional, Tuple
 
 import torch
 
+from . import compiled
 from ._validate import (
     check_bandwidth,
     check_choice,
@@ -387,6 +388,105 @@ GRID_MAX_DIM = 3
 GRID_MIN_SPAN = 32
 
 
+class _Grid:
+    r"""A cell list of the data for a compact kernel: cubes of side one bandwidth.
+
+    Every point within the support ``u ≤ 1`` of a query lies in the ``3^d`` cells around the
+    query's cell; with the cells numbered row-major and the points sorted by cell, those cells
+    form ``3^(d−1)`` contiguous runs (three cells along the last axis), found by
+    ``searchsorted``. Built once per data set (mean shift reuses it at every step); ``None``
+    from :meth:`build` when the dimension is above :data:`GRID_MAX_DIM`, the cells would
+    overflow int64, or (unless ``force``) there are too few cells to pay.
+    """
+
+    @classmethod
+    def build(cls, x, values, h, center, force: bool = False):
+        d = x.shape[1]
+        if d > GRID_MAX_DIM:
+            return None
+        xs = (x - center) / h
+        cx = torch.floor(xs).long()
+        lo, hi = cx.amin(0) - 1, cx.amax(0) + 1  # one empty border cell on each side
+        ext = (hi - lo + 1).tolist()
+        cells = math.prod(float(e) for e in ext)
+        if cells > 2.0**62 or (not force and cells < GRID_MIN_SPAN * 3**d):
+            return None  # int64 cell numbers overflow / neighbouring cells hold much of the data
+        self = cls()
+        stride = [1] * d
+        for j in range(d - 2, -1, -1):
+            stride[j] = stride[j + 1] * ext[j + 1]
+        self.st = torch.tensor(stride, device=x.device)
+        self.lo, self.hi = lo, hi
+        self.ks, order = torch.sort(((cx - lo) * self.st).sum(1))
+        n = x.shape[0]
+        v1 = (
+            torch.ones(n, 1, dtype=x.dtype, device=x.device)
+            if values is None
+            else torch.cat([values, torch.ones_like(values[:, :1])], 1)
+        )
+        self.xs_o, self.v1_o = xs[order], v1[order]
+        self.offsets = (
+            torch.cartesian_prod(*[torch.tensor([-1, 0, 1], device=x.device)] * (d - 1))
+            if d > 1
+            else None
+        )
+        return self
+
+    def candidates(self, qs):
+        """``(start, count)`` of the runs of candidate points for the scaled queries ``qs``."""
+        m, d = qs.shape
+        lo, hi, st = self.lo, self.hi, self.st
+        cq = torch.floor(qs.clamp(min=-(2.0**62), max=2.0**62)).long()
+        valid = ((cq >= lo) & (cq <= hi)).all(1)  # farther out: no point within reach
+        cq = torch.minimum(torch.maximum(cq, lo), hi)
+        last_lo = torch.clamp(cq[:, -1] - 1, min=int(lo[-1])) - lo[-1]
+        last_hi = torch.clamp(cq[:, -1] + 1, max=int(hi[-1])) - lo[-1]
+        if d > 1:
+            base = torch.minimum(
+                torch.maximum(
+                    cq[:, None, :-1] + self.offsets.reshape(-1, d - 1)[None], lo[:-1]
+                ),
+                hi[:-1],
+            )
+            row_key = ((base - lo[:-1]) * st[:-1]).sum(2)  # (m, 3^(d-1))
+        else:
+            row_key = torch.zeros(m, 1, dtype=torch.long, device=qs.device)
+        start = torch.searchsorted(self.ks, row_key + last_lo[:, None], right=False)
+        count = (
+            torch.searchsorted(self.ks, row_key + last_hi[:, None], right=True) - start
+        )
+        count[~valid] = 0
+        return start, count
+
+    def sums(self, qs, start, count, kern: Kernel, budget: Optional[int] = None):
+        """``[Σᵢ K vᵢ, Σᵢ K]`` over the candidate pairs, in query chunks within ``budget``."""
+        m, d = qs.shape
+        xs_o, v1_o = self.xs_o, self.v1_o
+        dev = qs.device
+        sums = torch.zeros(m, v1_o.shape[1], dtype=xs_o.dtype, device=dev)
+        cap = max(1, default_budget(dev) if budget is None else budget) // (
+            8 * (2 * d + v1_o.shape[1] + 7)
+        )
+        bounds = torch.cumsum(count.sum(1), 0).tolist()
+        first, done = 0, 0
+        while first < m:  # chunks of at most `cap` candidate pairs (at least one query)
+            last = max(first + 1, bisect.bisect_right(bounds, done + cap, lo=first))
+            cnt = count[first:last].reshape(-1)
+            seg = torch.repeat_interleave(torch.arange(cnt.numel(), device=dev), cnt)
+            ofs = (
+                torch.arange(seg.numel(), device=dev)
+                - (torch.cumsum(cnt, 0) - cnt)[seg]
+            )
+            pidx = start[first:last].reshape(-1)[seg] + ofs
+            qid = seg // count.shape[1]
+            diff = xs_o[pidx] - qs[first:last][qid]
+            w = kern((diff * diff).sum(1))
+            sums[first:last].index_add_(0, qid, v1_o[pidx] * w[:, None])
+            done = bounds[last - 1]
+            first = last
+        return sums
+
+
 def _grid_sums(
     xq: torch.Tensor,
     x: torch.Tensor,
@@ -396,134 +496,130 @@ def _grid_sums(
     center: torch.Tensor,
     budget: Optional[int] = None,
     force: bool = False,
+    span: int = GRID_MIN_SPAN,
 ):
-    r"""``[Σᵢ K vᵢ, Σᵢ K]`` for a compact kernel from a cell list, or ``None`` when brute force is
-    cheaper.
+    r"""``[Σᵢ K vᵢ, Σᵢ K]`` for a compact kernel from a cell list (:class:`_Grid`), or ``None``
+    when brute force is cheaper: the candidate pairs exceed ``m·n / span`` (unless ``force``)."""
+    grid = _Grid.build(x, values, h, center, force)
+    return (
+        None
+        if grid is None
+        else _grid_query(grid, xq, h, center, kern, budget, force, span)
+    )
 
-    Cells are cubes of side one bandwidth (scaled coordinates), so every point within the
-    support ``u ≤ 1`` of a query lies in the ``3^d`` cells around the query's cell; with the
-    cells numbered row-major and the points sorted by cell, those cells form ``3^(d−1)``
-    contiguous runs (three cells along the last axis), found by ``searchsorted``. Only these
-    candidate pairs are evaluated (distances as differences, not a product), in query chunks
-    whose pairs fit the memory budget. ``None`` (brute force is cheaper) when the candidates
-    exceed ``m·n / GRID_MIN_SPAN`` (unless ``force``), or the grid's cell numbers would
-    overflow int64.
+
+def _grid_query(grid, xq, h, center, kern, budget, force=False, span=GRID_MIN_SPAN):
+    qs = (xq - center) / h
+    start, count = grid.candidates(qs)
+    m, n = xq.shape[0], grid.xs_o.shape[0]
+    if not force and int(count.sum()) * span > m * n:
+        return None
+    return grid.sums(qs, start, count, kern, budget)
+
+
+#: The compiled engine (:mod:`localbook.compiled`) computes distances as differences, ``d``
+#: operations per pair: above this dimension the matrix-product tiles are faster.
+COMPILED_MAX_DIM = 16
+#: ... and one pass per value column: above this many columns, a matrix product.
+COMPILED_MAX_VALUES = 8
+#: A compiled dense pair costs about 1/100 of a gathered cell-list pair (measured: flat
+#: kernel, 2-D, 1 thread), so the cell list must cut the pairs 100-fold to pay.
+GRID_MIN_SPAN_COMPILED = 100
+
+
+class _DataSide:
+    """The data side of the non-differentiable local average, prepared once and reused for
+    many query sets (mean shift calls it at every step): the centre, the cell list of a compact
+    kernel, the augmented side of the distance product, the scaled data of the compiled loop.
+
+    Calling it with queries ``xq (m, d)`` returns ``(mean (m, k) or None, log_sum (m,))``:
+    a cell list for compact kernels where it pays, else the compiled loop
+    (:mod:`localbook.compiled`: CPU, float64, ``d ≤`` :data:`COMPILED_MAX_DIM`) or the PyTorch
+    tiles (:func:`_tiled_sums`), shift-free (rows whose sum is not safely above the floor are
+    redone with the online shift) except for float32 and lower with ``d > 14``, which go online.
     """
-    m, d = xq.shape
-    n = x.shape[0]
-    if d > GRID_MAX_DIM:
-        return None
-    xs, qs = (x - center) / h, (xq - center) / h
-    cx = torch.floor(xs).long()
-    lo, hi = cx.amin(0) - 1, cx.amax(0) + 1  # one empty border cell on each side
-    ext = (hi - lo + 1).tolist()
-    cells = math.prod(float(e) for e in ext)
-    if cells > 2.0**62 or (not force and cells < GRID_MIN_SPAN * 3**d):
-        return None  # int64 cell numbers overflow / the neighbouring cells hold much of the data
-    stride = [1] * d
-    for j in range(d - 2, -1, -1):
-        stride[j] = stride[j + 1] * ext[j + 1]
-    st = torch.tensor(stride, device=x.device)
-    key = ((cx - lo) * st).sum(1)
-    ks, order = torch.sort(key)
-    cq = torch.floor(qs.clamp(min=-(2.0**62), max=2.0**62)).long()
-    valid = ((cq >= lo) & (cq <= hi)).all(
-        1
-    )  # a query farther out has no point within reach
-    cq = torch.minimum(torch.maximum(cq, lo), hi)
-    offsets = (
-        torch.cartesian_prod(*[torch.tensor([-1, 0, 1], device=x.device)] * (d - 1))
-        if d > 1
-        else None
-    )
-    last_lo = torch.clamp(cq[:, -1] - 1, min=int(lo[-1])) - lo[-1]
-    last_hi = torch.clamp(cq[:, -1] + 1, max=int(hi[-1])) - lo[-1]
-    if d > 1:
-        base = torch.minimum(
-            torch.maximum(cq[:, None, :-1] + offsets.reshape(-1, d - 1)[None], lo[:-1]),
-            hi[:-1],
-        )
-        row_key = ((base - lo[:-1]) * st[:-1]).sum(2)  # (m, 3^(d-1))
-    else:
-        row_key = torch.zeros(m, 1, dtype=torch.long, device=x.device)
-    start = torch.searchsorted(ks, row_key + last_lo[:, None], right=False)
-    count = torch.searchsorted(ks, row_key + last_hi[:, None], right=True) - start
-    count[~valid] = 0
-    per_query = count.sum(1)
-    total = int(per_query.sum())
-    if not force and total * GRID_MIN_SPAN > m * n:
-        return None
-    k = 0 if values is None else values.shape[1]
-    v1 = (
-        torch.ones(n, 1, dtype=x.dtype, device=x.device)
-        if values is None
-        else torch.cat([values, torch.ones_like(values[:, :1])], 1)
-    )
-    xs_o, v1_o = xs[order], v1[order]
-    sums = torch.zeros(m, k + 1, dtype=x.dtype, device=x.device)
-    cap = max(1, default_budget(x.device) if budget is None else budget) // (
-        8 * (2 * d + k + 8)
-    )
-    bounds = torch.cumsum(per_query, 0).tolist()
-    first, done = 0, 0
-    while (
-        first < m
-    ):  # query chunks of at most `cap` candidate pairs (at least one query)
-        last = max(first + 1, bisect.bisect_right(bounds, done + cap, lo=first))
-        cnt = count[first:last].reshape(-1)
-        seg = torch.repeat_interleave(torch.arange(cnt.numel(), device=x.device), cnt)
-        ofs = (
-            torch.arange(seg.numel(), device=x.device)
-            - (torch.cumsum(cnt, 0) - cnt)[seg]
-        )
-        pidx = start[first:last].reshape(-1)[seg] + ofs
-        qid = seg // count.shape[1]
-        diff = xs_o[pidx] - qs[first:last][qid]
-        u2 = (diff * diff).sum(1)
-        w = kern(u2)
-        sums[first:last].index_add_(0, qid, v1_o[pidx] * w[:, None])
-        done = bounds[last - 1]
-        first = last
-    return sums
 
-
-def _fused_average(xq, x, values, h, kern: Kernel, center, budget):
-    """The non-differentiable local average: a cell list for compact kernels where it pays,
-    else :func:`_tiled_sums`, shift-free (rows whose sum is not safely above the floor are redone
-    with the online shift) except for float32 and lower with ``d > 14``, which go online."""
-    m, n = xq.shape[0], x.shape[0]
-    if kern.compact:  # a cell list when the kernel's support covers few of the pairs
-        sums = _grid_sums(xq, x, values, h, kern, center, budget)
-        if sums is not None:
-            s = sums[:, -1]
-            return (None if values is None else sums[:, :-1] / s[:, None]), torch.log(s)
-    bb = _augment_data(x, h, center)
-    aq = _augment_query(xq, h, center)
-    norms = (aq[:, -2].sqrt(), bb[:, -1].sqrt())
-    if kern.name == "gaussian":
-        bb = bb.mul_(-0.5)
-    tile = tile_shape(m, n, x.element_size(), budget, x.device, aq.shape[1])
-    # shift-free unless the floor is near (float32: 12 bandwidths) and the tiles' extra passes
-    # of the online shift are cheap next to long distance products
-    online = x.dtype != torch.float64 and aq.shape[1] > 16
-    sums, shift = _tiled_sums(aq, bb, values, kern, tile, online, norms)
-    if (
-        not online and not kern.compact
-    ):  # compact kernels are never floored: exact as they are
-        # floored terms add at most n·exp(floor) each row: keep rows 2/eps times above that
-        redo = (
-            sums[:, -1]
-            < n * math.exp(_exp_floor(x.dtype)) * 2.0 / torch.finfo(x.dtype).eps
+    def __init__(self, x, values, h, kern: Kernel, budget=None, center=None):
+        self.x, self.values, self.h, self.kern, self.budget = x, values, h, kern, budget
+        self.center = data_center(x) if center is None else center
+        self.compiled = (
+            x.device.type == "cpu"
+            and x.dtype == torch.float64
+            and x.shape[1] <= COMPILED_MAX_DIM
+            and (values is None or values.shape[1] <= COMPILED_MAX_VALUES)
+            and kern is KERNELS.get(kern.name)
+            and kern.name in compiled.PROFILES
+            and compiled.library() is not None
         )
-        idx = torch.nonzero(redo)[:, 0]
-        if idx.numel():
-            sums[idx], shift[idx] = _tiled_sums(
-                aq[idx], bb, values, kern, tile, True, (norms[0][idx], norms[1])
+        self._grid = _Grid.build(x, values, h, self.center) if kern.compact else None
+        self._scaled = self._aug = None
+
+    def scaled(self) -> torch.Tensor:
+        if self._scaled is None:
+            b = (self.x - self.center) / self.h
+            if not bool(torch.isfinite((b * b).sum(1)).all()):
+                _overflow("x")
+            self._scaled = b
+        return self._scaled
+
+    def augmented(self):
+        if self._aug is None:
+            bb = _augment_data(self.x, self.h, self.center)
+            norms = bb[:, -1].sqrt()
+            if self.kern.name == "gaussian":
+                bb = bb.mul_(-0.5)
+            self._aug = bb, norms
+        return self._aug
+
+    def __call__(self, xq):
+        x, values, h, kern, center = self.x, self.values, self.h, self.kern, self.center
+        m, n = xq.shape[0], x.shape[0]
+        if self._grid is not None:
+            span = GRID_MIN_SPAN_COMPILED if self.compiled else GRID_MIN_SPAN
+            sums = _grid_query(self._grid, xq, h, center, kern, self.budget, span=span)
+            if sums is not None:
+                s = sums[:, -1]
+                return (
+                    None if values is None else sums[:, :-1] / s[:, None]
+                ), torch.log(s)
+        floor = _exp_floor(x.dtype)
+        online = False
+        if self.compiled:
+            b = self.scaled()  # the data's overflow check first, as on the other paths
+            a = (xq - center) / h
+            if not bool(torch.isfinite((a * a).sum(1)).all()):
+                _overflow("x_query")
+            sums = compiled.kernel_sums(a, b, values, kern.name, floor)
+            shift = torch.zeros(m, dtype=x.dtype, device=x.device)
+            aq = None
+        else:
+            bb, nb = self.augmented()
+            aq = _augment_query(xq, h, center)
+            tile = tile_shape(
+                m, n, x.element_size(), self.budget, x.device, aq.shape[1]
             )
-    s = sums[:, -1]
-    log_sum = (shift + torch.log(s)).to(x.dtype)
-    mean = None if values is None else (sums[:, :-1] / s[:, None]).to(x.dtype)
-    return mean, log_sum
+            # shift-free unless the floor is near (float32: 12 bandwidths) and the tiles'
+            # extra passes of the online shift are cheap next to long distance products
+            online = x.dtype != torch.float64 and aq.shape[1] > 16
+            norms = (aq[:, -2].sqrt(), nb)
+            sums, shift = _tiled_sums(aq, bb, values, kern, tile, online, norms)
+        if not online and not kern.compact:  # compact kernels are never floored: exact
+            # floored terms add at most n·exp(floor) each row: keep rows 2/eps times above that
+            redo = sums[:, -1] < n * math.exp(floor) * 2.0 / torch.finfo(x.dtype).eps
+            idx = torch.nonzero(redo)[:, 0]
+            if idx.numel():
+                bb, nb = self.augmented()
+                aq = _augment_query(xq, h, center) if aq is None else aq
+                tile = tile_shape(
+                    m, n, x.element_size(), self.budget, x.device, aq.shape[1]
+                )
+                sums[idx], shift[idx] = _tiled_sums(
+                    aq[idx], bb, values, kern, tile, True, (aq[idx, -2].sqrt(), nb)
+                )
+        s = sums[:, -1]
+        log_sum = (shift + torch.log(s)).to(x.dtype)
+        mean = None if values is None else (sums[:, :-1] / s[:, None]).to(x.dtype)
+        return mean, log_sum
 
 
 def local_average(
@@ -550,7 +646,7 @@ def local_average(
     center = data_center(x)
     tensors = (xq, x, h) if values is None else (xq, x, h, values)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        mean, log_sum = _fused_average(xq, x, values, h, kern, center, budget)
+        mean, log_sum = _DataSide(x, values, h, kern, budget, center)(xq)
     else:
         mean, log_sum = _graph_average(xq, x, values, h, kern, center, budget)
     empty = torch.isneginf(log_sum)

@@ -341,9 +341,9 @@ def test_local_average_takes_the_grid_when_the_support_is_small(monkeypatch):
     q = 10 * torch.rand(200, 2, generator=g, dtype=torch.float64)
     h = torch.tensor([0.2, 0.3], dtype=torch.float64)
     used = []
-    grid = kern._grid_sums
+    grid = kern._grid_query
     monkeypatch.setattr(
-        kern, "_grid_sums", lambda *a, **kw: used.append(grid(*a, **kw)) or used[-1]
+        kern, "_grid_query", lambda *a, **kw: used.append(grid(*a, **kw)) or used[-1]
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

@@ -1,0 +1,203 @@
+r"""Compiled kernel sums: distance, profile and weighted sums fused in one pass (CPU, float64).
+
+The PyTorch engine (:mod:`localbook.kernels`) makes four passes over each tile of pairs
+(distance product, clamp, ``exp``, weighted sums); here one C loop over L1-sized blocks does
+them all, with an ``exp`` that vectorizes (``_c/kernel_sums.c`` states its error bound: at
+most 2 ulp). The source ships with the package and is built on first use with the system's C
+compiler (``$CC`` or ``cc``, about 0.3 s) into a cache directory (``$LOCALBOOK_CACHE``, else
+``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by the source, the compiler and
+the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``, :func:`library` is ``None`` and
+every caller uses the PyTorch engine, which gives the same sums to rounding.
+
+:func:`status` says which path is active and why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+__all__ = ["library", "status", "kernel_sums", "exp_floored", "PROFILES"]
+
+SOURCE = Path(__file__).with_name("_c") / "kernel_sums.c"
+#: ``-ffast-math`` is left out on purpose: linked into a shared object it sets flush-to-zero
+#: for the whole process. ``-fopenmp-simd`` honours the source's ``omp simd`` loops without
+#: an OpenMP runtime; threads come from Python (ctypes releases the GIL during the call).
+FLAGS = [
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fopenmp-simd",
+    "-shared",
+    "-fPIC",
+]
+#: The kernel profiles the C loop evaluates (others use the PyTorch engine).
+PROFILES = {
+    "gaussian": 0,
+    "laplacian": 1,
+    "uniform": 2,
+    "epanechnikov": 3,
+    "biweight": 4,
+}
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("LOCALBOOK_CACHE")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "localbook"
+
+
+def _cpu_signature() -> str:
+    """The CPU's feature flags (``-march=native`` builds for them), or the machine name."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.machine() + platform.processor()
+
+
+def _build() -> tuple:
+    """``(CDLL or None, reason)``: compile (or reuse) the shared object and load it."""
+    if os.environ.get("LOCALBOOK_COMPILED", "1") == "0":
+        return None, "disabled by LOCALBOOK_COMPILED=0"
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None or platform.system() != "Linux":
+        return None, "no C compiler found (or not Linux): using the PyTorch engine"
+    try:
+        version = subprocess.run(
+            [cc, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+        src = SOURCE.read_bytes()
+        key = hashlib.sha256(
+            src
+            + " ".join(FLAGS).encode()
+            + version.encode()
+            + _cpu_signature().encode()
+        ).hexdigest()[:16]
+        cache = _cache_dir()
+        so = cache / f"kernel_sums-{key}.so"
+        if not so.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            # build beside the target, then rename: concurrent builders never see half a file
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+            os.close(fd)
+            try:
+                run = subprocess.run(
+                    [cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                if run.returncode != 0:
+                    return None, f"compiling {SOURCE.name} failed: {run.stderr[-500:]}"
+                os.replace(tmp, so)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+        lib = ctypes.CDLL(str(so))
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"could not build or load the compiled kernels: {err}"
+    fn = lib.kernel_sums
+    fn.restype = None
+    fn.argtypes = (
+        [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_double]
+    )
+    lib.exp_array.restype = None
+    lib.exp_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
+    return lib, f"compiled kernels loaded from {so}"
+
+
+def library() -> Optional[ctypes.CDLL]:
+    """The loaded shared object, built on first call; ``None`` when unavailable."""
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                _state["lib"], _state["reason"] = _build()
+    return _state["lib"]
+
+
+def status() -> str:
+    """Which kernel-sum engine is active, and why."""
+    library()
+    return _state["reason"]
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    if _state.get("workers") != workers:
+        _state["pool"], _state["workers"] = ThreadPoolExecutor(workers), workers
+    return _state["pool"]
+
+
+def kernel_sums(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    values: Optional[torch.Tensor],
+    kernel: str,
+    floor: float,
+) -> torch.Tensor:
+    r"""``S[q] = [Σᵢ k(|a_q − b_i|²) vᵢ, Σᵢ k(|a_q − b_i|²)]``, ``(m, k + 1)``, float64, CPU.
+
+    ``a (m, d)`` and ``b (n, d)`` are scaled coordinates (divided by the bandwidth), ``values``
+    ``(n, k)`` or ``None``; ``kernel`` is a key of :data:`PROFILES`. Exponential profiles are
+    evaluated at ``max(log k, floor)`` (the caller redoes rows whose sum is near
+    ``n·exp(floor)``). Rows are split over ``torch.get_num_threads()`` threads. Requires
+    :func:`library` to be available.
+    """
+    fn = library().kernel_sums
+    m, d = a.shape
+    n = b.shape[0]
+    a = a.to(torch.float64).contiguous()
+    bt = b.to(torch.float64).T.contiguous()
+    if values is None:
+        k, vt = 0, torch.empty(0, dtype=torch.float64)
+    else:
+        k, vt = values.shape[1], values.to(torch.float64).T.contiguous()
+    sums = torch.zeros(m, k + 1, dtype=torch.float64)
+    profile = PROFILES[kernel]
+
+    def part(lo: int, hi: int) -> None:
+        fn(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
+           hi - lo, n, d, k, profile, floor)  # fmt: skip
+
+    workers = max(1, min(torch.get_num_threads(), m // 64))
+    if workers == 1 or m == 0:
+        if m:
+            part(0, m)
+        return sums
+    bounds = [round(m * i / workers) for i in range(workers + 1)]
+    futures = [
+        _pool(workers).submit(part, lo, hi)
+        for lo, hi in zip(bounds, bounds[1:])
+        if hi > lo
+    ]
+    for f in futures:
+        f.result()
+    return sums
+
+
+def exp_floored(x: torch.Tensor, floor: float) -> torch.Tensor:
+    """``exp(max(x, floor))`` by the compiled loop's own ``exp`` (float64, CPU; for tests)."""
+    x = x.to(torch.float64).contiguous()
+    y = torch.empty_like(x)
+    library().exp_array(x.data_ptr(), y.data_ptr(), x.numel(), floor)
+    return y

@@ -1,0 +1,171 @@
+"""The compiled kernel sums (localbook.compiled) against dense PyTorch references."""
+
+import contextlib
+import math
+import os
+import warnings
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import localbook.compiled as compiled
+import localbook.kernels as kernels
+from localbook.kernels import KERNELS, _exp_floor, local_average
+
+pytestmark = pytest.mark.skipif(
+    compiled.library() is None, reason="no C compiler: " + compiled.status()
+)
+FLOOR = _exp_floor(torch.float64)
+
+
+@contextlib.contextmanager
+def _quiet():  # empty neighbourhoods of compact kernels warn; not the point here
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+def _dense(a, b, values, name, error_scale=False):
+    """The sums by dense PyTorch ops; ``error_scale``: the scale of their rounding error."""
+    u2 = ((a[:, None] - b[None]) ** 2).sum(-1)
+    lw = KERNELS[name].log_profile(u2)
+    w = torch.exp(lw.clamp(min=FLOOR) if name in ("gaussian", "laplacian") else lw)
+    if error_scale:
+        # rounding of u2 (relative eps) moves exp(-u2/2) by eps·u2 relative and 1 - u2 by
+        # eps absolute: sum |v| times those sensitivities
+        w = w * (1 + u2) + (u2 <= 1).to(w.dtype) * (
+            name in ("epanechnikov", "biweight")
+        )
+        values = None if values is None else values.abs()
+    ones = torch.ones(b.shape[0], 1, dtype=torch.float64)
+    v1 = ones if values is None else torch.cat([values, ones], 1)
+    return w @ v1
+
+
+def test_exp_within_two_ulp_of_torch():
+    x = torch.linspace(FLOOR, 0.0, 1_000_001, dtype=torch.float64)
+    x = torch.cat(
+        [
+            x,
+            -torch.rand(
+                10_000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+            ),
+        ]
+    )
+    y, ref = compiled.exp_floored(x, FLOOR), torch.exp(x)
+    ulp = (y - ref).abs() / (ref * torch.finfo(torch.float64).eps)
+    assert float(ulp.max()) <= 2.0
+    assert float(ulp.mean()) < 0.5  # mostly exact: a systematic error would show here
+
+
+def test_exp_is_floored():
+    x = torch.tensor([-1e4, -800.0, FLOOR - 1.0, FLOOR, 0.0], dtype=torch.float64)
+    y = compiled.exp_floored(x, FLOOR)
+    assert torch.equal(y[:3], torch.full((3,), y[3].item(), dtype=torch.float64))
+    assert y[3] == pytest.approx(math.exp(FLOOR), rel=1e-15)
+    assert y[4] == 1.0
+    assert bool((y > 0).all())  # normal numbers, never 0 or subnormal
+    assert bool((y >= torch.finfo(torch.float64).tiny).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 10**6),
+    st.sampled_from(list(compiled.PROFILES)),
+    st.integers(1, 6),
+    st.integers(0, 4),
+    st.integers(1, 300),
+    st.integers(1, 700),
+)
+def test_kernel_sums_equal_the_dense_sums(seed, name, d, k, m, n):
+    g = torch.Generator().manual_seed(seed)
+    a = 2 * torch.randn(m, d, generator=g, dtype=torch.float64)
+    b = 2 * torch.randn(n, d, generator=g, dtype=torch.float64)
+    values = None if k == 0 else torch.randn(n, k, generator=g, dtype=torch.float64)
+    sums = compiled.kernel_sums(a, b, values, name, FLOOR)
+    ref = _dense(a, b, values, name)
+    scale = _dense(a, b, values, name, error_scale=True)
+    # both sides sum n terms: rounding error at most ~n·eps times the sum of |terms|
+    assert bool(((sums - ref).abs() <= 8 * n * 2**-52 * scale + 1e-300).all())
+
+
+def test_rows_split_over_threads_add_up():
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(1001, 2, generator=g, dtype=torch.float64)
+    b = torch.randn(999, 2, generator=g, dtype=torch.float64)
+    v = torch.randn(999, 3, generator=g, dtype=torch.float64)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = compiled.kernel_sums(a, b, v, "gaussian", FLOOR)
+        torch.set_num_threads(3)
+        three = compiled.kernel_sums(a, b, v, "gaussian", FLOOR)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, three)  # rows are independent: the split changes nothing
+
+
+@pytest.mark.parametrize("name", list(compiled.PROFILES))
+def test_local_average_same_on_both_engines(monkeypatch, name):
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(800, 2, generator=g, dtype=torch.float64)
+    q = 1.5 * torch.randn(300, 2, generator=g, dtype=torch.float64)
+    v = torch.randn(800, 2, generator=g, dtype=torch.float64)
+    h = torch.tensor([0.4, 0.7], dtype=torch.float64)
+    used = []
+    real = compiled.kernel_sums
+    monkeypatch.setattr(compiled, "kernel_sums", lambda *a: used.append(1) or real(*a))
+    monkeypatch.setattr(kernels, "GRID_MAX_DIM", 0)  # dense pairs on both sides
+    with _quiet():
+        mean_c, lse_c = local_average(q, x, v, h, name)
+    assert used, "the compiled engine did not run"
+    monkeypatch.setattr(compiled, "library", lambda: None)
+    with _quiet():
+        mean_t, lse_t = local_average(q, x, v, h, name)
+    ok = torch.isfinite(lse_t)
+    assert torch.equal(torch.isfinite(lse_c), ok)
+    torch.testing.assert_close(lse_c[ok], lse_t[ok], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(mean_c[ok], mean_t[ok], rtol=1e-10, atol=1e-10)
+
+
+def test_far_queries_are_redone_exactly():
+    # every weight of the far query is below the floor: its row is redone with the shift
+    x = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    q = torch.tensor([[0.2], [100.0]], dtype=torch.float64)
+    v = torch.tensor([[1.0], [3.0]], dtype=torch.float64)
+    mean, lse = local_average(
+        q, x, v, torch.tensor([0.1], dtype=torch.float64), "gaussian"
+    )
+    assert mean[1, 0] == pytest.approx(3.0)  # the nearest point's value, not a 0/0
+    assert lse[1] == pytest.approx(-0.5 * 990.0**2)
+
+
+def test_disabled_by_environment(tmp_path):
+    code = "import localbook.compiled as c; print(c.library() is None, c.status())"
+    env = dict(os.environ, LOCALBOOK_COMPILED="0", LOCALBOOK_CACHE=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.startswith("True disabled by LOCALBOOK_COMPILED=0")
+
+
+def test_builds_into_an_empty_cache(tmp_path):
+    code = "import localbook.compiled as c; print(c.library() is not None, c.status())"
+    env = dict(os.environ, LOCALBOOK_CACHE=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.startswith("True compiled kernels loaded from " + str(tmp_path))
+    assert len(list(tmp_path.glob("kernel_sums-*.so"))) == 1  # no temporary left behind
