@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -204,3 +205,23 @@ def time_interleaved(
             sync(device)
             best[i] = min(best[i], tick() - t)
     return best
+
+
+@contextlib.contextmanager
+def pytorch_engine():
+    """Run localbook's kernel sums on the PyTorch engine (as without a C compiler)."""
+    import localbook.compiled as compiled
+
+    real = compiled.library
+    compiled.library = lambda: None
+    try:
+        yield
+    finally:
+        compiled.library = real
+
+
+def engine_line() -> str:
+    """Which kernel-sum engine localbook uses in this run (``localbook.compiled.status``)."""
+    import localbook.compiled as compiled
+
+    return "localbook's kernel-sum engine in this run: " + compiled.status()

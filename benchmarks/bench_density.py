@@ -29,9 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     best_time,
     configure,
+    engine_line,
     exp_throughput,
     parser,
     peak_rss_delta,
+    pytorch_engine,
     roofline,
     target_line,
     write_section,
@@ -57,9 +59,14 @@ def pair_count(fn) -> int:
 
     step, total = dens._local_step, [0]
 
-    def counting(q, x, h, kern):
-        total[0] += q.shape[0] * x.shape[0]
-        return step(q, x, h, kern)
+    def counting(x, h, kern):
+        side = step(x, h, kern)
+
+        def count(q):
+            total[0] += q.shape[0] * x.shape[0]
+            return side(q)
+
+        return count
 
     dens._local_step = counting
     try:
@@ -177,6 +184,22 @@ def main():
             f"max rel. difference {rel:.0e}; error vs exact sum: scikit-learn {err_ref:.0e}, localbook {err_ours:.0e}",
         ]
     )
+    if dev == "cpu":  # the same sum without the compiled loop, for comparison
+        with pytorch_engine():
+            t_torch = best_time(lambda: lb.kde(qkd, xkd, 0.3, log=True), dev, repeat=5)
+            got_t = lb.kde(qkd, xkd, 0.3, log=True).numpy()
+        err_t = float(np.max(np.abs(np.expm1(got_t[sub] - exact))))
+        assert err_t < 1e-10, err_t
+        rows.append(
+            [
+                f"Gaussian KDE, n = m = {m:,}, PyTorch engine (no compiled loop)",
+                f"{t_ref:.2f}",
+                f"{t_torch:.3f}",
+                f"**{t_ref / t_torch:.0f}×**",
+                roofline(m * m, t_torch, exp_rate),
+                f"error vs exact sum {err_t:.0e}",
+            ]
+        )
     targets.append(
         target_line(
             f"KDE n = m = {m:,} vs KernelDensity (error vs exact sum {err_ours:.0e} ≤ 1e-6)",
@@ -256,6 +279,7 @@ def main():
         '(localbook), 3 (scikit-learn; 2 for KDE, 1 when seeded from every point). "exp roofline": kernel '
         f"evaluations per second (mean shift: distinct seeds × n summed over the steps) divided by the "
         f"throughput of `torch.exp` on float64 in cache-sized tiles, {exp_rate:.3g} /s in this run.\n\n"
+        f"{engine_line()}.\n\n"
         "Targets (issue 18): " + "; ".join(targets) + ".",
     )
 

@@ -2,8 +2,9 @@ r"""Compiled kernel sums: distance, profile and weighted sums fused in one pass 
 
 The PyTorch engine (:mod:`localbook.kernels`) makes four passes over each tile of pairs
 (distance product, clamp, ``exp``, weighted sums); here one C loop over L1-sized blocks does
-them all, with an ``exp`` that vectorizes (``_c/kernel_sums.c`` states its error bound: at
-most 2 ulp). The source ships with the package and is built on first use with the system's C
+them all, with a ``2^y`` that vectorizes (``_c/kernel_sums.c`` states its error bound: at
+most 2 ulp; the Gaussian is evaluated in base 2 from coordinates scaled by
+:data:`GAUSS_SCALE`). The source ships with the package and is built on first use with the system's C
 compiler (``$CC`` or ``cc``, about 0.3 s) into a cache directory (``$LOCALBOOK_CACHE``, else
 ``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by the source, the compiler and
 the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``, :func:`library` is ``None`` and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -28,7 +30,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["library", "status", "kernel_sums", "exp_floored", "PROFILES"]
+__all__ = ["library", "status", "kernel_sums", "exp2_floored", "PROFILES"]
 
 SOURCE = Path(__file__).with_name("_c") / "kernel_sums.c"
 #: ``-ffast-math`` is left out on purpose: linked into a shared object it sets flush-to-zero
@@ -52,6 +54,9 @@ PROFILES = {
     "biweight": 4,
 }
 
+#: sqrt(log2(e) / 2): scaled by it, squared distances are the Gaussian's exponent in base 2.
+GAUSS_SCALE = math.sqrt(0.5 / math.log(2.0))
+
 _lock = threading.Lock()
 _state: dict = {}
 
@@ -74,6 +79,34 @@ def _cpu_signature() -> str:
     except OSError:
         pass
     return platform.machine() + platform.processor()
+
+
+def compile_source(cc: str, out, extra_flags=()) -> str:
+    """Compile :data:`SOURCE` into the shared object ``out``; the compiler's errors or ``''``."""
+    run = subprocess.run(
+        [cc, *FLAGS, *extra_flags, str(SOURCE), "-o", str(out), "-lm"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return run.stderr[-500:] if run.returncode else ""
+
+
+def load(path) -> ctypes.CDLL:
+    """Load a shared object built by :func:`compile_source` and declare its functions."""
+    lib = ctypes.CDLL(str(path))
+    lib.kernel_sums.restype = None
+    lib.kernel_sums.argtypes = (
+        [ctypes.c_void_p] * 4
+        + [ctypes.c_int64] * 4
+        + [
+            ctypes.c_int,
+            ctypes.c_double,
+        ]
+    )
+    lib.exp2_array.restype = None
+    lib.exp2_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
+    return lib
 
 
 def _build() -> tuple:
@@ -102,28 +135,16 @@ def _build() -> tuple:
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
             os.close(fd)
             try:
-                run = subprocess.run(
-                    [cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"],
-                    capture_output=True,
-                    text=True,
-                    timeout=120,
-                )
-                if run.returncode != 0:
-                    return None, f"compiling {SOURCE.name} failed: {run.stderr[-500:]}"
+                error = compile_source(cc, tmp)
+                if error:
+                    return None, f"compiling {SOURCE.name} failed: {error}"
                 os.replace(tmp, so)
             finally:
                 if os.path.exists(tmp):
                     os.remove(tmp)
-        lib = ctypes.CDLL(str(so))
+        lib = load(so)
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"could not build or load the compiled kernels: {err}"
-    fn = lib.kernel_sums
-    fn.restype = None
-    fn.argtypes = (
-        [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_double]
-    )
-    lib.exp_array.restype = None
-    lib.exp_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
     return lib, f"compiled kernels loaded from {so}"
 
 
@@ -154,6 +175,7 @@ def kernel_sums(
     values: Optional[torch.Tensor],
     kernel: str,
     floor: float,
+    lib: Optional[ctypes.CDLL] = None,
 ) -> torch.Tensor:
     r"""``S[q] = [Σᵢ k(|a_q − b_i|²) vᵢ, Σᵢ k(|a_q − b_i|²)]``, ``(m, k + 1)``, float64, CPU.
 
@@ -161,13 +183,16 @@ def kernel_sums(
     ``(n, k)`` or ``None``; ``kernel`` is a key of :data:`PROFILES`. Exponential profiles are
     evaluated at ``max(log k, floor)`` (the caller redoes rows whose sum is near
     ``n·exp(floor)``). Rows are split over ``torch.get_num_threads()`` threads. Requires
-    :func:`library` to be available.
+    :func:`library` to be available (or ``lib``, another build of the source).
     """
-    fn = library().kernel_sums
+    fn = (lib or library()).kernel_sums
     m, d = a.shape
     n = b.shape[0]
-    a = a.to(torch.float64).contiguous()
-    bt = b.to(torch.float64).T.contiguous()
+    # the Gaussian in base 2: |a' - b'|^2 = u^2/2 * log2(e), so the loop's 2^(-|a' - b'|^2)
+    # is exp(-u^2/2) without a multiplication per pair
+    s = GAUSS_SCALE if kernel == "gaussian" else 1.0
+    a = (a.to(torch.float64) * s).contiguous()
+    bt = (b.to(torch.float64) * s).T.contiguous()
     if values is None:
         k, vt = 0, torch.empty(0, dtype=torch.float64)
     else:
@@ -195,9 +220,11 @@ def kernel_sums(
     return sums
 
 
-def exp_floored(x: torch.Tensor, floor: float) -> torch.Tensor:
-    """``exp(max(x, floor))`` by the compiled loop's own ``exp`` (float64, CPU; for tests)."""
-    x = x.to(torch.float64).contiguous()
-    y = torch.empty_like(x)
-    library().exp_array(x.data_ptr(), y.data_ptr(), x.numel(), floor)
-    return y
+def exp2_floored(
+    y: torch.Tensor, floor2: float, lib: Optional[ctypes.CDLL] = None
+) -> torch.Tensor:
+    """``2^max(y, floor2)`` by the compiled loops' own ``2^y`` (float64, CPU; for tests)."""
+    y = y.to(torch.float64).contiguous()
+    out = torch.empty_like(y)
+    (lib or library()).exp2_array(y.data_ptr(), out.data_ptr(), y.numel(), floor2)
+    return out

@@ -534,7 +534,8 @@ class _DataSide:
 
     Calling it with queries ``xq (m, d)`` returns ``(mean (m, k) or None, log_sum (m,))``:
     a cell list for compact kernels where it pays, else the compiled loop
-    (:mod:`localbook.compiled`: CPU, float64, ``d ≤`` :data:`COMPILED_MAX_DIM`) or the PyTorch
+    (:mod:`localbook.compiled`: CPU, float32 or float64 data summed in float64, ``d ≤``
+    :data:`COMPILED_MAX_DIM`) or the PyTorch
     tiles (:func:`_tiled_sums`), shift-free (rows whose sum is not safely above the floor are
     redone with the online shift) except for float32 and lower with ``d > 14``, which go online.
     """
@@ -544,7 +545,7 @@ class _DataSide:
         self.center = data_center(x) if center is None else center
         self.compiled = (
             x.device.type == "cpu"
-            and x.dtype == torch.float64
+            and x.dtype in (torch.float64, torch.float32)
             and x.shape[1] <= COMPILED_MAX_DIM
             and (values is None or values.shape[1] <= COMPILED_MAX_VALUES)
             and kern is KERNELS.get(kern.name)
@@ -582,7 +583,8 @@ class _DataSide:
                 return (
                     None if values is None else sums[:, :-1] / s[:, None]
                 ), torch.log(s)
-        floor = _exp_floor(x.dtype)
+        work = torch.float64 if self.compiled else x.dtype  # the compiled loop: float64
+        floor = _exp_floor(work)
         online = False
         if self.compiled:
             b = self.scaled()  # the data's overflow check first, as on the other paths
@@ -605,7 +607,7 @@ class _DataSide:
             sums, shift = _tiled_sums(aq, bb, values, kern, tile, online, norms)
         if not online and not kern.compact:  # compact kernels are never floored: exact
             # floored terms add at most n·exp(floor) each row: keep rows 2/eps times above that
-            redo = sums[:, -1] < n * math.exp(floor) * 2.0 / torch.finfo(x.dtype).eps
+            redo = sums[:, -1] < n * math.exp(floor) * 2.0 / torch.finfo(work).eps
             idx = torch.nonzero(redo)[:, 0]
             if idx.numel():
                 bb, nb = self.augmented()

@@ -46,30 +46,41 @@ def _dense(a, b, values, name, error_scale=False):
     return w @ v1
 
 
-def test_exp_within_two_ulp_of_torch():
-    x = torch.linspace(FLOOR, 0.0, 1_000_001, dtype=torch.float64)
-    x = torch.cat(
-        [
-            x,
-            -torch.rand(
-                10_000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
-            ),
-        ]
-    )
-    y, ref = compiled.exp_floored(x, FLOOR), torch.exp(x)
-    ulp = (y - ref).abs() / (ref * torch.finfo(torch.float64).eps)
+FLOOR2 = FLOOR / math.log(2.0)
+
+
+@pytest.fixture(scope="module", params=["native", "portable"])
+def lib(request, tmp_path_factory):
+    """The cached native build, and the same source built without AVX-512 (the portable
+    loops, which an AVX-512 machine would otherwise never run)."""
+    if request.param == "native":
+        return compiled.library()
+    out = tmp_path_factory.mktemp("portable") / "kernel_sums.so"
+    import shutil
+
+    error = compiled.compile_source(shutil.which("cc"), out, ["-mno-avx512f"])
+    if error:
+        pytest.skip("cannot build without AVX-512: " + error)
+    return compiled.load(out)
+
+
+def test_exp2_within_two_ulp_of_torch(lib):
+    y = torch.linspace(FLOOR2, 0.0, 1_000_001, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    y = torch.cat([y, -torch.rand(10_001, dtype=torch.float64, generator=g)])
+    got, ref = compiled.exp2_floored(y, FLOOR2, lib), torch.exp2(y)
+    ulp = (got - ref).abs() / (ref * torch.finfo(torch.float64).eps)
     assert float(ulp.max()) <= 2.0
     assert float(ulp.mean()) < 0.5  # mostly exact: a systematic error would show here
 
 
-def test_exp_is_floored():
-    x = torch.tensor([-1e4, -800.0, FLOOR - 1.0, FLOOR, 0.0], dtype=torch.float64)
-    y = compiled.exp_floored(x, FLOOR)
-    assert torch.equal(y[:3], torch.full((3,), y[3].item(), dtype=torch.float64))
-    assert y[3] == pytest.approx(math.exp(FLOOR), rel=1e-15)
-    assert y[4] == 1.0
-    assert bool((y > 0).all())  # normal numbers, never 0 or subnormal
-    assert bool((y >= torch.finfo(torch.float64).tiny).all())
+def test_exp2_is_floored(lib):
+    y = torch.tensor([-1e4, -1100.0, FLOOR2 - 1.0, FLOOR2, 0.0], dtype=torch.float64)
+    got = compiled.exp2_floored(y, FLOOR2, lib)
+    assert torch.equal(got[:3], torch.full((3,), got[3].item(), dtype=torch.float64))
+    assert got[3] == pytest.approx(math.exp(FLOOR), rel=1e-14)
+    assert got[4] == 1.0
+    assert bool((got >= torch.finfo(torch.float64).tiny).all())  # normal, never 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -77,16 +88,27 @@ def test_exp_is_floored():
     st.integers(0, 10**6),
     st.sampled_from(list(compiled.PROFILES)),
     st.integers(1, 6),
-    st.integers(0, 4),
+    st.integers(0, 10),  # above 8 value columns: the portable loop (no AVX-512 pass)
     st.integers(1, 300),
     st.integers(1, 700),
 )
 def test_kernel_sums_equal_the_dense_sums(seed, name, d, k, m, n):
+    _check_sums(compiled.library(), seed, name, d, k, m, n)
+
+
+@pytest.mark.parametrize("name", list(compiled.PROFILES))
+@pytest.mark.parametrize("k", [0, 1, 3, 9])
+def test_both_builds_equal_the_dense_sums(lib, name, k):
+    for seed, (d, m, n) in enumerate([(1, 37, 517), (2, 100, 1000), (5, 20, 33)]):
+        _check_sums(lib, seed, name, d, k, m, n)
+
+
+def _check_sums(lib, seed, name, d, k, m, n):
     g = torch.Generator().manual_seed(seed)
     a = 2 * torch.randn(m, d, generator=g, dtype=torch.float64)
     b = 2 * torch.randn(n, d, generator=g, dtype=torch.float64)
     values = None if k == 0 else torch.randn(n, k, generator=g, dtype=torch.float64)
-    sums = compiled.kernel_sums(a, b, values, name, FLOOR)
+    sums = compiled.kernel_sums(a, b, values, name, FLOOR, lib)
     ref = _dense(a, b, values, name)
     scale = _dense(a, b, values, name, error_scale=True)
     # both sides sum n terms: rounding error at most ~n·eps times the sum of |terms|
