@@ -46,7 +46,15 @@ def _package_dir() -> Path:
 
 # modules re-exported at the top level (documented as ``localbook.name``), then the namespaces
 CORE = ["kernels", "local_mean"]
-NAMESPACES = ["datasets", "plotting", "widgets", "estimators", "impute", "notebook"]
+NAMESPACES = [
+    "datasets",
+    "plotting",
+    "widgets",
+    "estimators",
+    "impute",
+    "notebook",
+    "compiled",
+]
 TOOLS: list = []  # book tooling modules of the package (none: assignments live in _ext/)
 
 

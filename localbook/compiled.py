@@ -4,7 +4,7 @@ The PyTorch engine (:mod:`localbook.kernels`) makes four passes over each tile o
 (distance product, clamp, ``exp``, weighted sums); here one C loop over L1-sized blocks does
 them all, with a ``2^y`` that vectorizes (``_c/kernel_sums.c`` states its error bound: at
 most 2 ulp; the Gaussian is evaluated in base 2 from coordinates scaled by
-:data:`GAUSS_SCALE`). The source ships with the package and is built on first use with the system's C
+``GAUSS_SCALE``). The source ships with the package and is built on first use with the system's C
 compiler (``$CC`` or ``cc``, about 0.3 s) into a cache directory (``$LOCALBOOK_CACHE``, else
 ``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by the source, the compiler and
 the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``, :func:`library` is ``None`` and
@@ -30,7 +30,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["library", "status", "kernel_sums", "exp2_floored", "PROFILES"]
+__all__ = ["library", "status", "kernel_sums", "PROFILES"]
 
 SOURCE = Path(__file__).with_name("_c") / "kernel_sums.c"
 #: ``-ffast-math`` is left out on purpose: linked into a shared object it sets flush-to-zero
@@ -180,7 +180,7 @@ def kernel_sums(
     r"""``S[q] = [Σᵢ k(|a_q − b_i|²) vᵢ, Σᵢ k(|a_q − b_i|²)]``, ``(m, k + 1)``, float64, CPU.
 
     ``a (m, d)`` and ``b (n, d)`` are scaled coordinates (divided by the bandwidth), ``values``
-    ``(n, k)`` or ``None``; ``kernel`` is a key of :data:`PROFILES`. Exponential profiles are
+    ``(n, k)`` or ``None``; ``kernel`` is a key of ``PROFILES``. Exponential profiles are
     evaluated at ``max(log k, floor)`` (the caller redoes rows whose sum is near
     ``n·exp(floor)``). Rows are split over ``torch.get_num_threads()`` threads. Requires
     :func:`library` to be available (or ``lib``, another build of the source).
@@ -209,7 +209,9 @@ def kernel_sums(
         if m:
             part(0, m)
         return sums
-    bounds = [round(m * i / workers) for i in range(workers + 1)]
+    # several pieces per thread: a thread slowed by other work on its core takes fewer
+    pieces = min(m // 32, 8 * workers)
+    bounds = [round(m * i / pieces) for i in range(pieces + 1)]
     futures = [
         _pool(workers).submit(part, lo, hi)
         for lo, hi in zip(bounds, bounds[1:])
