@@ -30,7 +30,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["library", "status", "kernel_sums", "PROFILES"]
+__all__ = ["library", "status", "kernel_sums", "run_sums", "PROFILES"]
 
 SOURCE = Path(__file__).with_name("_c") / "kernel_sums.c"
 #: ``-ffast-math`` is left out on purpose: linked into a shared object it sets flush-to-zero
@@ -104,6 +104,14 @@ def load(path) -> ctypes.CDLL:
             ctypes.c_double,
         ]
     )
+    lib.run_sums.restype = None
+    lib.run_sums.argtypes = (
+        [ctypes.c_void_p] * 4
+        + [ctypes.c_int64] * 4
+        + [ctypes.c_int, ctypes.c_double]
+        + [ctypes.c_void_p] * 2
+        + [ctypes.c_int64]
+    )
     lib.exp2_array.restype = None
     lib.exp2_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
     return lib
@@ -169,6 +177,39 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _state["pool"]
 
 
+def _prepare(a, b, values, kernel):
+    """float64 contiguous operands of the C loops: ``a (m, d)``, ``bt (d, n)``, ``vt (k, n)``."""
+    # the Gaussian in base 2: |a' - b'|^2 = u^2/2 * log2(e), so the loop's 2^(-|a' - b'|^2)
+    # is exp(-u^2/2) without a multiplication per pair
+    s = GAUSS_SCALE if kernel == "gaussian" else 1.0
+    a = (a.to(torch.float64) * s).contiguous()
+    bt = (b.to(torch.float64) * s).T.contiguous()
+    if values is None:
+        vt = torch.empty(0, dtype=torch.float64)
+    else:
+        vt = values.to(torch.float64).T.contiguous()
+    return a, bt, vt
+
+
+def _split(m: int, part) -> None:
+    """Run ``part(lo, hi)`` over the rows ``[0, m)`` on ``torch.get_num_threads()`` threads."""
+    workers = max(1, min(torch.get_num_threads(), m // 64))
+    if workers == 1:
+        if m:
+            part(0, m)
+        return
+    # several pieces per thread: a thread slowed by other work on its core takes fewer
+    pieces = min(m // 32, 8 * workers)
+    bounds = [round(m * i / pieces) for i in range(pieces + 1)]
+    futures = [
+        _pool(workers).submit(part, lo, hi)
+        for lo, hi in zip(bounds, bounds[1:])
+        if hi > lo
+    ]
+    for f in futures:
+        f.result()
+
+
 def kernel_sums(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -188,15 +229,8 @@ def kernel_sums(
     fn = (lib or library()).kernel_sums
     m, d = a.shape
     n = b.shape[0]
-    # the Gaussian in base 2: |a' - b'|^2 = u^2/2 * log2(e), so the loop's 2^(-|a' - b'|^2)
-    # is exp(-u^2/2) without a multiplication per pair
-    s = GAUSS_SCALE if kernel == "gaussian" else 1.0
-    a = (a.to(torch.float64) * s).contiguous()
-    bt = (b.to(torch.float64) * s).T.contiguous()
-    if values is None:
-        k, vt = 0, torch.empty(0, dtype=torch.float64)
-    else:
-        k, vt = values.shape[1], values.to(torch.float64).T.contiguous()
+    a, bt, vt = _prepare(a, b, values, kernel)
+    k = vt.shape[0] if values is not None else 0
     sums = torch.zeros(m, k + 1, dtype=torch.float64)
     profile = PROFILES[kernel]
 
@@ -204,21 +238,40 @@ def kernel_sums(
         fn(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
            hi - lo, n, d, k, profile, floor)  # fmt: skip
 
-    workers = max(1, min(torch.get_num_threads(), m // 64))
-    if workers == 1 or m == 0:
-        if m:
-            part(0, m)
-        return sums
-    # several pieces per thread: a thread slowed by other work on its core takes fewer
-    pieces = min(m // 32, 8 * workers)
-    bounds = [round(m * i / pieces) for i in range(pieces + 1)]
-    futures = [
-        _pool(workers).submit(part, lo, hi)
-        for lo, hi in zip(bounds, bounds[1:])
-        if hi > lo
-    ]
-    for f in futures:
-        f.result()
+    _split(m, part)
+    return sums
+
+
+def run_sums(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    values: Optional[torch.Tensor],
+    kernel: str,
+    floor: float,
+    start: torch.Tensor,
+    count: torch.Tensor,
+    lib: Optional[ctypes.CDLL] = None,
+) -> torch.Tensor:
+    """:func:`kernel_sums` over runs of the data only: query ``q`` sees the points
+    ``start[q, r] … start[q, r] + count[q, r] − 1`` for each run ``r`` (a cell list's
+    neighbouring cells, the data sorted by cell). ``start``, ``count``: ``(m, runs)`` int64."""
+    fn = (lib or library()).run_sums
+    m, d = a.shape
+    n = b.shape[0]
+    a, bt, vt = _prepare(a, b, values, kernel)
+    k = vt.shape[0] if values is not None else 0
+    sums = torch.zeros(m, k + 1, dtype=torch.float64)
+    start = start.to(torch.int64).contiguous()
+    count = count.to(torch.int64).contiguous()
+    runs = start.shape[1]
+    profile = PROFILES[kernel]
+
+    def part(lo: int, hi: int) -> None:
+        fn(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
+           hi - lo, n, d, k, profile, floor, start[lo].data_ptr(), count[lo].data_ptr(),
+           runs)  # fmt: skip
+
+    _split(m, part)
     return sums
 
 

@@ -191,3 +191,43 @@ def test_builds_into_an_empty_cache(tmp_path):
     ).stdout
     assert out.startswith("True compiled kernels loaded from " + str(tmp_path))
     assert len(list(tmp_path.glob("kernel_sums-*.so"))) == 1  # no temporary left behind
+
+
+@pytest.mark.parametrize("name", ["uniform", "epanechnikov", "biweight"])
+@pytest.mark.parametrize("k", [0, 2, 9])
+def test_run_sums_over_a_cell_list_equal_the_dense_sums(lib, name, k):
+    g = torch.Generator().manual_seed(11)
+    for d in (1, 2, 3):
+        x = 4 * torch.rand(700, d, generator=g, dtype=torch.float64)
+        q = torch.cat(
+            [5 * torch.rand(90, d, generator=g, dtype=torch.float64) - 0.5, x[:5]]
+        )
+        h = torch.full((d,), 0.45, dtype=torch.float64)
+        v = None if k == 0 else torch.randn(700, k, generator=g, dtype=torch.float64)
+        center = kernels.data_center(x)
+        grid = kernels._Grid.build(x, v, h, center, force=True)
+        qs = (q - center) / h
+        start, count = grid.candidates(qs)
+        vs = None if k == 0 else grid.v1_o[:, :-1]
+        sums = compiled.run_sums(qs, grid.xs_o, vs, name, 0.0, start, count, lib)
+        ref = _dense(qs, (x - center) / h, v, name)
+        scale = _dense(qs, (x - center) / h, v, name, error_scale=True)
+        assert bool(((sums - ref).abs() <= 8 * 700 * 2**-52 * scale).all())
+        assert int(count.sum()) < q.shape[0] * x.shape[0] / 2  # the runs skipped pairs
+
+
+@pytest.mark.parametrize("name", ["uniform", "epanechnikov", "biweight", "tricube"])
+def test_local_average_cell_list_same_on_both_engines(monkeypatch, name):
+    g = torch.Generator().manual_seed(8)
+    x = 10 * torch.rand(3000, 2, generator=g, dtype=torch.float64)
+    q = 10 * torch.rand(200, 2, generator=g, dtype=torch.float64)
+    v = torch.randn(3000, 3, generator=g, dtype=torch.float64)
+    h = torch.tensor([0.3, 0.2], dtype=torch.float64)
+    with _quiet():
+        mean_c, lse_c = local_average(q, x, v, h, name)
+        monkeypatch.setattr(compiled, "library", lambda: None)
+        mean_t, lse_t = local_average(q, x, v, h, name)
+    ok = torch.isfinite(lse_t)
+    assert torch.equal(torch.isfinite(lse_c), ok)
+    torch.testing.assert_close(lse_c[ok], lse_t[ok], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(mean_c[ok], mean_t[ok], rtol=1e-10, atol=1e-10)

@@ -272,6 +272,63 @@ void kernel_sums(const double *a, const double *bt, const double *vt, double *su
   sums_portable(a, bt, vt, sums, m, n, d, nv, profile, floor2);
 }
 
+/* The same sums over runs of a cell list: query i sees the data points start[i, r] ...
+   start[i, r] + count[i, r] - 1 for r < runs (the data sorted by cell). */
+void run_sums(const double *a, const double *bt, const double *vt, double *sums, int64_t m,
+              int64_t n, int64_t d, int64_t nv, int profile, double floor_arg,
+              const int64_t *start, const int64_t *count, int64_t runs) {
+  const double floor2 = floor_arg * LOG2E;
+#ifdef __AVX512F__
+  if (nv <= MAX_VALUES) {
+    const __m512d fl2 = _mm512_set1_pd(floor2);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t r = 0; r < runs; r++) {
+        const int64_t j0 = start[i * runs + r], nb = count[i * runs + r];
+        if (nb <= 0) continue;
+        switch (profile) { /* a constant in each inlined copy */
+        case 0:
+          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 0, fl2, sums + i * (nv + 1));
+          break;
+        case 1:
+          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 1, fl2, sums + i * (nv + 1));
+          break;
+        case 2:
+          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 2, fl2, sums + i * (nv + 1));
+          break;
+        case 3:
+          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 3, fl2, sums + i * (nv + 1));
+          break;
+        default:
+          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 4, fl2, sums + i * (nv + 1));
+        }
+      }
+    return;
+  }
+#endif
+  double t[BLOCK];
+  for (int64_t i = 0; i < m; i++) {
+    double *out = sums + i * (nv + 1);
+    for (int64_t r = 0; r < runs; r++) {
+      const int64_t first = start[i * runs + r], last = first + count[i * runs + r];
+      for (int64_t j0 = first; j0 < last; j0 += BLOCK) {
+        const int64_t nb = last - j0 < BLOCK ? last - j0 : BLOCK;
+        block_weights(a + i * d, bt, n, j0, nb, d, profile, floor2, t);
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < nb; j++) s += t[j];
+        out[nv] += s;
+        for (int64_t c = 0; c < nv; c++) {
+          const double *vc = vt + c * n + j0;
+          double sc = 0.0;
+#pragma omp simd reduction(+ : sc)
+          for (int64_t j = 0; j < nb; j++) sc += t[j] * vc[j];
+          out[c] += sc;
+        }
+      }
+    }
+  }
+}
+
 /* y[i] = 2^max(x[i], floor2) by the loops' own 2^y (vector and portable), for the tests */
 void exp2_array(const double *x, double *y, int64_t n, double floor2) {
   int64_t i = 0;
