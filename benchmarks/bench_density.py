@@ -215,6 +215,19 @@ def main():
             unit=" %",
         )
     )
+    scaling = []
+    if dev == "cpu" and threads > 1:
+        # the same fraction at one thread, against the one-thread exp: how the loop and exp
+        # each scale with the second thread
+        torch.set_num_threads(1)
+        rate1 = exp_throughput(4e7 if args.quick else 4e8, dev)
+        t1 = best_time(lambda: lb.kde(qkd, xkd, 0.3, log=True), dev, repeat=5)
+        torch.set_num_threads(threads)
+        scaling = [
+            f"At 1 thread the same KDE takes {t1:.3f} s, {roofline(m * m, t1, rate1)} of the "
+            f"1-thread exp roofline ({rate1:.3g} /s); from 1 to {threads} threads `torch.exp` "
+            f"speeds up {exp_rate / rate1:.2f}× and the KDE {t1 / t_ours:.2f}×."
+        ]
 
     # peak extra memory of the largest runs
     n_big = 2000 if args.quick else 10_000
@@ -279,7 +292,7 @@ def main():
         '(localbook), 3 (scikit-learn; 2 for KDE, 1 when seeded from every point). "exp roofline": kernel '
         f"evaluations per second (mean shift: distinct seeds × n summed over the steps) divided by the "
         f"throughput of `torch.exp` on float64 in cache-sized tiles, {exp_rate:.3g} /s in this run.\n\n"
-        f"{engine_line()}.\n\n"
+        f"{engine_line()}. " + " ".join(scaling) + "\n\n"
         "Targets (issue 18): " + "; ".join(targets) + ".",
     )
 
