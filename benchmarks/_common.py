@@ -128,16 +128,14 @@ def write_text_section(name: str, device: str, text: str) -> Path:
     return path
 
 
-def exp_throughput(
-    n_values: float = 4e8, device: str = "cpu", repeat: int = 3
-) -> float:
-    """The exp roofline: ``torch.exp`` evaluations per second on float64 values, measured now.
+def exp_workload(n_values: float = 4e8, device: str = "cpu"):
+    """``(run, count)``: a function applying ``torch.exp`` to ``count`` float64 values.
 
     ``torch.exp(src, out=dst)`` over a reused cache-sized tile (``localbook.kernels.CPU_TILE_BYTES``
-    per thread on the CPU, 256 MiB on a GPU) of values in [−20, 0], repeated until ``n_values``
-    are done; best of ``repeat`` after a warm-up (:func:`best_time`). A kernel sum over ``m × n``
-    pairs taking ``t`` seconds runs at the fraction ``m·n / t / exp_throughput()`` of it: no
-    implementation that calls exp once per pair, in a separate pass, can exceed 1.
+    per thread on the CPU, 256 MiB on a GPU) of values in [−20, 0], repeated until about
+    ``n_values`` are done. A kernel sum over ``m × n`` pairs taking ``t`` seconds runs at the
+    fraction ``m·n / t`` of ``count / (time of run)`` of the exp roofline: no implementation
+    that calls exp once per pair, in a separate pass, can exceed 1.
     """
     from localbook.kernels import CPU_TILE_BYTES, MEMORY_BUDGET
 
@@ -153,7 +151,26 @@ def exp_throughput(
         for _ in range(reps):
             torch.exp(src, out=dst)
 
-    return reps * size / best_time(run, device, repeat=repeat)
+    return run, reps * size
+
+
+def exp_throughput(
+    n_values: float = 4e8, device: str = "cpu", repeat: int = 3
+) -> float:
+    """The exp roofline: ``torch.exp`` evaluations per second on float64 values, measured now
+    (:func:`exp_workload`; best of ``repeat`` after a warm-up, :func:`best_time`)."""
+    run, count = exp_workload(n_values, device)
+    return count / best_time(run, device, repeat=repeat)
+
+
+def roofline_interleaved(fn, pairs: float, device: str = "cpu", repeat: int = 7):
+    """``(time of fn, exp rate, fraction)``: ``fn`` and the exp workload timed in turn
+    (:func:`time_interleaved`), so that a change of machine load hits both alike; the
+    workload is sized like one call of ``fn``."""
+    run, count = exp_workload(pairs, device)
+    t_exp, t_fn = time_interleaved([run, fn], device, repeat=repeat)
+    rate = count / t_exp
+    return t_fn, rate, pairs / t_fn / rate
 
 
 def roofline(pairs: float, seconds: float, exp_rate: float) -> str:

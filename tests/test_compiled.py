@@ -3,6 +3,8 @@
 import contextlib
 import math
 import os
+import platform
+import shutil
 import warnings
 import subprocess
 import sys
@@ -49,18 +51,25 @@ def _dense(a, b, values, name, error_scale=False):
 FLOOR2 = FLOOR / math.log(2.0)
 
 
-@pytest.fixture(scope="module", params=["native", "portable"])
-def lib(request, tmp_path_factory):
-    """The cached native build, and the same source built without AVX-512 (the portable
-    loops, which an AVX-512 machine would otherwise never run)."""
-    if request.param == "native":
-        return compiled.library()
-    out = tmp_path_factory.mktemp("portable") / "kernel_sums.so"
-    import shutil
+BUILDS = {
+    "native": None,
+    "avx2": ["-mno-avx512f"],  # the 4-lane vector loops
+    "portable": ["-mno-avx512f", "-mno-avx2", "-mno-fma"],  # the plain C loops
+}
 
-    error = compiled.compile_source(shutil.which("cc"), out, ["-mno-avx512f"])
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def lib(request, tmp_path_factory):
+    """The cached native build, and the same source built without AVX-512 and without any
+    vector extension: loops this machine would otherwise never run."""
+    if BUILDS[request.param] is None:
+        return compiled.library()
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 build flags")
+    out = tmp_path_factory.mktemp(request.param) / "kernel_sums.so"
+    error = compiled.compile_source(shutil.which("cc"), out, BUILDS[request.param])
     if error:
-        pytest.skip("cannot build without AVX-512: " + error)
+        pytest.skip(f"cannot build {request.param}: {error}")
     return compiled.load(out)
 
 

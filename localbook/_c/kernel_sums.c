@@ -31,7 +31,7 @@
  */
 #include <math.h>
 #include <stdint.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -55,7 +55,9 @@
 
 static inline double at_least(double x, double lo) { return x < lo ? lo : x; }
 
-/* 2^y for y >= floor2 (a normal result) */
+/* 2^y for y >= floor2 (a normal result). The integer k reaches the exponent field without a
+   double-to-int64 conversion, which AVX2 lacks (the loop would not vectorize): adding
+   1.5 * 2^52 to the integral k puts k in the low bits of the sum's representation. */
 static inline double exp2_normal(double y) {
   const double k = rint(y);
   const double f = y - k;
@@ -72,101 +74,159 @@ static inline double exp2_normal(double y) {
   p = p * f + C1;
   p = p * f + 1.0;
   union {
-    int64_t bits;
     double value;
-  } scale = {((int64_t)k + 1023) << 52};
+    int64_t bits;
+  } shifted = {k + 6755399441055744.0}, scale;
+  scale.bits = (shifted.bits - INT64_C(0x4338000000000000) + 1023) << 52;
   return p * scale.value;
 }
 
-#ifdef __AVX512F__
-static inline __attribute__((always_inline)) __m512d exp2_8(__m512d y) {
-  const __m512d k = _mm512_roundscale_pd(y, _MM_FROUND_TO_NEAREST_INT);
-  const __m512d f = _mm512_sub_pd(y, k);
-  __m512d p = _mm512_set1_pd(C11);
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C10));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C9));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C8));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C7));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C6));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C5));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C4));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C3));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C2));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(C1));
-  p = _mm512_fmadd_pd(p, f, _mm512_set1_pd(1.0));
-  return _mm512_scalef_pd(p, k);
+/* ---- vector loops: AVX-512 (8 lanes) or AVX2 + FMA (4 lanes), one code over small helpers ---- */
+#if defined(__AVX512F__)
+#define LB_VECTOR 1
+#define VW 8
+typedef __m512d vd;
+static inline vd vset(double x) { return _mm512_set1_pd(x); }
+static inline vd vzero(void) { return _mm512_setzero_pd(); }
+static inline vd vload(const double *p) { return _mm512_loadu_pd(p); }
+static inline vd vadd(vd a, vd b) { return _mm512_add_pd(a, b); }
+static inline vd vsub(vd a, vd b) { return _mm512_sub_pd(a, b); }
+static inline vd vmul(vd a, vd b) { return _mm512_mul_pd(a, b); }
+static inline vd vmax(vd a, vd b) { return _mm512_max_pd(a, b); }
+static inline vd vfma(vd a, vd b, vd c) { return _mm512_fmadd_pd(a, b, c); }
+static inline vd vfnma(vd a, vd b, vd c) { return _mm512_fnmadd_pd(a, b, c); }
+static inline vd vsqrt(vd a) { return _mm512_sqrt_pd(a); }
+static inline vd vround(vd a) { return _mm512_roundscale_pd(a, _MM_FROUND_TO_NEAREST_INT); }
+static inline vd vscale2(vd p, vd k) { return _mm512_scalef_pd(p, k); } /* p * 2^k */
+static inline vd vindicator_ge(vd a, vd b) { /* 1 where a >= b, else 0 */
+  return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(a, b, _CMP_GE_OQ), vset(1.0));
+}
+static inline vd vload_first(const double *p, int64_t k) { /* lanes >= k read as 0 */
+  return _mm512_maskz_loadu_pd((__mmask8)((1u << k) - 1u), p);
+}
+static inline vd vkeep_first(vd a, int64_t k) { return _mm512_maskz_mov_pd((__mmask8)((1u << k) - 1u), a); }
+static inline double vsum(vd a) { return _mm512_reduce_add_pd(a); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#define LB_VECTOR 1
+#define VW 4
+typedef __m256d vd;
+static inline vd vset(double x) { return _mm256_set1_pd(x); }
+static inline vd vzero(void) { return _mm256_setzero_pd(); }
+static inline vd vload(const double *p) { return _mm256_loadu_pd(p); }
+static inline vd vadd(vd a, vd b) { return _mm256_add_pd(a, b); }
+static inline vd vsub(vd a, vd b) { return _mm256_sub_pd(a, b); }
+static inline vd vmul(vd a, vd b) { return _mm256_mul_pd(a, b); }
+static inline vd vmax(vd a, vd b) { return _mm256_max_pd(a, b); }
+static inline vd vfma(vd a, vd b, vd c) { return _mm256_fmadd_pd(a, b, c); }
+static inline vd vfnma(vd a, vd b, vd c) { return _mm256_fnmadd_pd(a, b, c); }
+static inline vd vsqrt(vd a) { return _mm256_sqrt_pd(a); }
+static inline vd vround(vd a) {
+  return _mm256_round_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline vd vscale2(vd p, vd k) { /* p * 2^k for integral k: the exponent by integer ops */
+  const __m256i bits = _mm256_castpd_si256(_mm256_add_pd(k, vset(6755399441055744.0)));
+  const __m256i e = _mm256_slli_epi64(
+      _mm256_add_epi64(_mm256_sub_epi64(bits, _mm256_set1_epi64x(0x4338000000000000LL)),
+                       _mm256_set1_epi64x(1023)),
+      52);
+  return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
+}
+static inline vd vindicator_ge(vd a, vd b) {
+  return _mm256_and_pd(_mm256_cmp_pd(a, b, _CMP_GE_OQ), vset(1.0));
+}
+static inline __m256i first_lanes(int64_t k) {
+  return _mm256_cmpgt_epi64(_mm256_set1_epi64x(k), _mm256_set_epi64x(3, 2, 1, 0));
+}
+static inline vd vload_first(const double *p, int64_t k) { return _mm256_maskload_pd(p, first_lanes(k)); }
+static inline vd vkeep_first(vd a, int64_t k) { return _mm256_and_pd(a, _mm256_castsi256_pd(first_lanes(k))); }
+static inline double vsum(vd a) {
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+#endif
+
+#ifdef LB_VECTOR
+static inline __attribute__((always_inline)) vd vexp2(vd y) {
+  const vd k = vround(y);
+  const vd f = vsub(y, k);
+  vd p = vset(C11);
+  p = vfma(p, f, vset(C10));
+  p = vfma(p, f, vset(C9));
+  p = vfma(p, f, vset(C8));
+  p = vfma(p, f, vset(C7));
+  p = vfma(p, f, vset(C6));
+  p = vfma(p, f, vset(C5));
+  p = vfma(p, f, vset(C4));
+  p = vfma(p, f, vset(C3));
+  p = vfma(p, f, vset(C2));
+  p = vfma(p, f, vset(C1));
+  p = vfma(p, f, vset(1.0));
+  return vscale2(p, k);
 }
 
-/* the weights of eight pairs from their neg2 = -s2; `profile` is a constant after inlining */
-static inline __attribute__((always_inline)) __m512d weights8(__m512d neg2, const int profile,
-                                                              __m512d fl2) {
-  const __m512d one = _mm512_set1_pd(1.0), zero = _mm512_setzero_pd();
+/* the weights of VW pairs from neg2 = -s2; `profile` is a constant after inlining */
+static inline __attribute__((always_inline)) vd weights(vd neg2, const int profile, vd fl2) {
   switch (profile) {
   case 0:
-    return exp2_8(_mm512_max_pd(neg2, fl2));
-  case 1: {
-    const __m512d u = _mm512_sqrt_pd(_mm512_sub_pd(zero, neg2));
-    return exp2_8(_mm512_max_pd(_mm512_mul_pd(u, _mm512_set1_pd(-LOG2E)), fl2));
-  }
+    return vexp2(vmax(neg2, fl2));
+  case 1:
+    return vexp2(vmax(vmul(vsqrt(vsub(vzero(), neg2)), vset(-LOG2E)), fl2));
   case 2:
-    return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(neg2, _mm512_set1_pd(-1.0), _CMP_GE_OQ),
-                               one);
+    return vindicator_ge(neg2, vset(-1.0));
   case 3:
-    return _mm512_max_pd(_mm512_add_pd(one, neg2), zero);
+    return vmax(vadd(vset(1.0), neg2), vzero());
   default: {
-    const __m512d w = _mm512_max_pd(_mm512_add_pd(one, neg2), zero);
-    return _mm512_mul_pd(w, w);
+    const vd w = vmax(vadd(vset(1.0), neg2), vzero());
+    return vmul(w, w);
   }
   }
 }
 
-/* out[c] += sum over the block of k_j v[j, c], out[nv] += sum of k_j: sixteen pairs per step
-   in registers (two independent vectors: 2^y is a chain of dependent FMAs); the last partial
-   step is masked */
+/* out[c] += sum over the block of k_j v[j, c], out[nv] += sum of k_j: 2 VW pairs per step in
+   registers (two independent vectors: 2^y is a chain of dependent FMAs); the last partial
+   vectors are masked */
 static inline __attribute__((always_inline)) void
 row_block(const double *a, const double *bt, const double *vt, int64_t n, int64_t j0,
-          int64_t nb, int64_t d, int64_t nv, const int profile, __m512d fl2, double *out) {
-  __m512d acc[MAX_VALUES + 1];
-  for (int64_t c = 0; c <= nv; c++) acc[c] = _mm512_setzero_pd();
+          int64_t nb, int64_t d, int64_t nv, const int profile, vd fl2, double *out) {
+  vd acc[MAX_VALUES + 1];
+  for (int64_t c = 0; c <= nv; c++) acc[c] = vzero();
   int64_t j = 0;
-  for (; j + 16 <= nb; j += 16) {
-    __m512d ua = _mm512_setzero_pd(), ub = _mm512_setzero_pd();
+  for (; j + 2 * VW <= nb; j += 2 * VW) {
+    vd ua = vzero(), ub = vzero();
     for (int64_t l = 0; l < d; l++) {
-      const __m512d al = _mm512_set1_pd(a[l]);
+      const vd al = vset(a[l]);
       const double *bl = bt + l * n + j0 + j;
-      const __m512d za = _mm512_sub_pd(al, _mm512_loadu_pd(bl));
-      const __m512d zb = _mm512_sub_pd(al, _mm512_loadu_pd(bl + 8));
-      ua = _mm512_fnmadd_pd(za, za, ua); /* accumulates -s2 */
-      ub = _mm512_fnmadd_pd(zb, zb, ub);
+      const vd za = vsub(al, vload(bl)), zb = vsub(al, vload(bl + VW));
+      ua = vfnma(za, za, ua); /* accumulates -s2 */
+      ub = vfnma(zb, zb, ub);
     }
-    const __m512d wa = weights8(ua, profile, fl2), wb = weights8(ub, profile, fl2);
-    acc[nv] = _mm512_add_pd(acc[nv], _mm512_add_pd(wa, wb));
+    const vd wa = weights(ua, profile, fl2), wb = weights(ub, profile, fl2);
+    acc[nv] = vadd(acc[nv], vadd(wa, wb));
     for (int64_t c = 0; c < nv; c++) {
       const double *vc = vt + c * n + j0 + j;
-      acc[c] = _mm512_fmadd_pd(wa, _mm512_loadu_pd(vc), acc[c]);
-      acc[c] = _mm512_fmadd_pd(wb, _mm512_loadu_pd(vc + 8), acc[c]);
+      acc[c] = vfma(wa, vload(vc), acc[c]);
+      acc[c] = vfma(wb, vload(vc + VW), acc[c]);
     }
   }
-  for (; j < nb; j += 8) {
-    const __mmask8 mask = nb - j >= 8 ? 0xFF : (__mmask8)((1u << (nb - j)) - 1u);
-    __m512d u = _mm512_setzero_pd();
+  for (; j < nb; j += VW) {
+    const int64_t k = nb - j < VW ? nb - j : VW;
+    vd u = vzero();
     for (int64_t l = 0; l < d; l++) {
-      const __m512d z = _mm512_sub_pd(_mm512_set1_pd(a[l]),
-                                      _mm512_maskz_loadu_pd(mask, bt + l * n + j0 + j));
-      u = _mm512_fnmadd_pd(z, z, u);
+      const vd z = vsub(vset(a[l]), vload_first(bt + l * n + j0 + j, k));
+      u = vfnma(z, z, u);
     }
-    const __m512d w = _mm512_maskz_mov_pd(mask, weights8(u, profile, fl2));
-    acc[nv] = _mm512_add_pd(acc[nv], w);
+    const vd w = vkeep_first(weights(u, profile, fl2), k);
+    acc[nv] = vadd(acc[nv], w);
     for (int64_t c = 0; c < nv; c++)
-      acc[c] = _mm512_fmadd_pd(w, _mm512_maskz_loadu_pd(mask, vt + c * n + j0 + j), acc[c]);
+      acc[c] = vfma(w, vload_first(vt + c * n + j0 + j, k), acc[c]);
   }
-  for (int64_t c = 0; c <= nv; c++) out[c] += _mm512_reduce_add_pd(acc[c]);
+  for (int64_t c = 0; c <= nv; c++) out[c] += vsum(acc[c]);
 }
 
 static inline __attribute__((always_inline)) void
-sums_avx512(const double *a, const double *bt, const double *vt, double *sums, int64_t m,
+sums_vector(const double *a, const double *bt, const double *vt, double *sums, int64_t m,
             int64_t n, int64_t d, int64_t nv, const int profile, double floor2) {
-  const __m512d fl2 = _mm512_set1_pd(floor2);
+  const vd fl2 = vset(floor2);
   for (int64_t i0 = 0; i0 < m; i0 += ROWS) {
     const int64_t i1 = i0 + ROWS < m ? i0 + ROWS : m;
     for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {
@@ -248,23 +308,23 @@ void kernel_sums(const double *a, const double *bt, const double *vt, double *su
                  int64_t m, int64_t n, int64_t d, int64_t nv, int profile,
                  double floor_arg) {
   const double floor2 = floor_arg * LOG2E;
-#ifdef __AVX512F__
+#ifdef LB_VECTOR
   if (nv <= MAX_VALUES) { /* one fused pass; the profile a constant in each copy */
     switch (profile) {
     case 0:
-      sums_avx512(a, bt, vt, sums, m, n, d, nv, 0, floor2);
+      sums_vector(a, bt, vt, sums, m, n, d, nv, 0, floor2);
       return;
     case 1:
-      sums_avx512(a, bt, vt, sums, m, n, d, nv, 1, floor2);
+      sums_vector(a, bt, vt, sums, m, n, d, nv, 1, floor2);
       return;
     case 2:
-      sums_avx512(a, bt, vt, sums, m, n, d, nv, 2, floor2);
+      sums_vector(a, bt, vt, sums, m, n, d, nv, 2, floor2);
       return;
     case 3:
-      sums_avx512(a, bt, vt, sums, m, n, d, nv, 3, floor2);
+      sums_vector(a, bt, vt, sums, m, n, d, nv, 3, floor2);
       return;
     default:
-      sums_avx512(a, bt, vt, sums, m, n, d, nv, 4, floor2);
+      sums_vector(a, bt, vt, sums, m, n, d, nv, 4, floor2);
       return;
     }
   }
@@ -278,9 +338,9 @@ void run_sums(const double *a, const double *bt, const double *vt, double *sums,
               int64_t n, int64_t d, int64_t nv, int profile, double floor_arg,
               const int64_t *start, const int64_t *count, int64_t runs) {
   const double floor2 = floor_arg * LOG2E;
-#ifdef __AVX512F__
+#ifdef LB_VECTOR
   if (nv <= MAX_VALUES) {
-    const __m512d fl2 = _mm512_set1_pd(floor2);
+    const vd fl2 = vset(floor2);
     for (int64_t i = 0; i < m; i++)
       for (int64_t r = 0; r < runs; r++) {
         const int64_t j0 = start[i * runs + r], nb = count[i * runs + r];
@@ -332,10 +392,11 @@ void run_sums(const double *a, const double *bt, const double *vt, double *sums,
 /* y[i] = 2^max(x[i], floor2) by the loops' own 2^y (vector and portable), for the tests */
 void exp2_array(const double *x, double *y, int64_t n, double floor2) {
   int64_t i = 0;
-#ifdef __AVX512F__
-  const __m512d fl2 = _mm512_set1_pd(floor2);
-  for (; i + 8 <= n; i += 8)
-    _mm512_storeu_pd(y + i, exp2_8(_mm512_max_pd(_mm512_loadu_pd(x + i), fl2)));
+#ifdef LB_VECTOR
+  for (; i + VW <= n; i += VW) {
+    const vd r = vexp2(vmax(vload(x + i), vset(floor2)));
+    for (int64_t l = 0; l < VW; l++) y[i + l] = r[l];
+  }
 #endif
   for (; i < n; i++) y[i] = exp2_normal(at_least(x[i], floor2));
 }
