@@ -198,9 +198,9 @@ def _split(m: int, part) -> None:
         if m:
             part(0, m)
         return
-    # several pieces per thread: a thread slowed by other work on its core takes fewer
-    pieces = min(m // 32, 8 * workers)
-    bounds = [round(m * i / pieces) for i in range(pieces + 1)]
+    # one piece per thread: each extra piece costs a thread wake-up (16 pieces made
+    # Nadaraya–Watson at n = m = 2,000 take 2.1 ms instead of 1.6 ms on 2 threads)
+    bounds = [round(m * i / workers) for i in range(workers + 1)]
     futures = [
         _pool(workers).submit(part, lo, hi)
         for lo, hi in zip(bounds, bounds[1:])
