@@ -34,14 +34,15 @@ __all__ = ["library", "status", "kernel_sums", "run_sums", "PROFILES"]
 
 SOURCE = Path(__file__).with_name("_c") / "kernel_sums.c"
 #: ``-ffast-math`` is left out on purpose: linked into a shared object it sets flush-to-zero
-#: for the whole process. ``-fopenmp-simd`` honours the source's ``omp simd`` loops without
-#: an OpenMP runtime; threads come from Python (ctypes releases the GIL during the call).
+#: for the whole process. ``-fopenmp``: threads from the OpenMP runtime PyTorch has loaded
+#: (``libgomp.so.1``); where that fails to build, ``-fopenmp-simd`` (the ``omp simd`` loops
+#: only) and the rows are split over Python threads (ctypes releases the GIL).
 FLAGS = [
     "-O3",
     "-march=native",
     "-fno-math-errno",
     "-fno-trapping-math",
-    "-fopenmp-simd",
+    "-fopenmp",
     "-shared",
     "-fPIC",
 ]
@@ -82,14 +83,21 @@ def _cpu_signature() -> str:
 
 
 def compile_source(cc: str, out, extra_flags=()) -> str:
-    """Compile :data:`SOURCE` into the shared object ``out``; the compiler's errors or ``''``."""
-    run = subprocess.run(
-        [cc, *FLAGS, *extra_flags, str(SOURCE), "-o", str(out), "-lm"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return run.stderr[-500:] if run.returncode else ""
+    """Compile :data:`SOURCE` into the shared object ``out``; the compiler's errors or ``''``.
+
+    Without OpenMP (no ``libgomp``) the source is built again with ``-fopenmp-simd``."""
+    error = ""
+    for flags in (FLAGS, [f if f != "-fopenmp" else "-fopenmp-simd" for f in FLAGS]):
+        run = subprocess.run(
+            [cc, *flags, *extra_flags, str(SOURCE), "-o", str(out), "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if run.returncode == 0:
+            return ""
+        error = run.stderr[-500:]
+    return error
 
 
 def load(path) -> ctypes.CDLL:
@@ -112,6 +120,12 @@ def load(path) -> ctypes.CDLL:
         + [ctypes.c_void_p] * 2
         + [ctypes.c_int64]
     )
+    lib.lb_openmp.restype = ctypes.c_int
+    lib.lb_openmp.argtypes = []
+    lib.kernel_sums_threads.restype = None
+    lib.kernel_sums_threads.argtypes = lib.kernel_sums.argtypes + [ctypes.c_int64]
+    lib.run_sums_threads.restype = None
+    lib.run_sums_threads.argtypes = lib.run_sums.argtypes + [ctypes.c_int64]
     lib.exp2_array.restype = None
     lib.exp2_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
     return lib
@@ -226,7 +240,7 @@ def kernel_sums(
     ``n·exp(floor)``). Rows are split over ``torch.get_num_threads()`` threads. Requires
     :func:`library` to be available (or ``lib``, another build of the source).
     """
-    fn = (lib or library()).kernel_sums
+    lib = lib or library()
     m, d = a.shape
     n = b.shape[0]
     a, bt, vt = _prepare(a, b, values, kernel)
@@ -234,9 +248,16 @@ def kernel_sums(
     sums = torch.zeros(m, k + 1, dtype=torch.float64)
     profile = PROFILES[kernel]
 
+    args = (a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr())
+    if lib.lb_openmp():
+        lib.kernel_sums_threads(
+            *args, m, n, d, k, profile, floor, torch.get_num_threads()
+        )
+        return sums
+
     def part(lo: int, hi: int) -> None:
-        fn(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
-           hi - lo, n, d, k, profile, floor)  # fmt: skip
+        lib.kernel_sums(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
+                        hi - lo, n, d, k, profile, floor)  # fmt: skip
 
     _split(m, part)
     return sums
@@ -255,7 +276,7 @@ def run_sums(
     """:func:`kernel_sums` over runs of the data only: query ``q`` sees the points
     ``start[q, r] … start[q, r] + count[q, r] − 1`` for each run ``r`` (a cell list's
     neighbouring cells, the data sorted by cell). ``start``, ``count``: ``(m, runs)`` int64."""
-    fn = (lib or library()).run_sums
+    lib = lib or library()
     m, d = a.shape
     n = b.shape[0]
     a, bt, vt = _prepare(a, b, values, kernel)
@@ -266,10 +287,16 @@ def run_sums(
     runs = start.shape[1]
     profile = PROFILES[kernel]
 
+    if lib.lb_openmp():
+        lib.run_sums_threads(a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr(),
+                             m, n, d, k, profile, floor, start.data_ptr(), count.data_ptr(),
+                             runs, torch.get_num_threads())  # fmt: skip
+        return sums
+
     def part(lo: int, hi: int) -> None:
-        fn(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
-           hi - lo, n, d, k, profile, floor, start[lo].data_ptr(), count[lo].data_ptr(),
-           runs)  # fmt: skip
+        lib.run_sums(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
+                     hi - lo, n, d, k, profile, floor, start[lo].data_ptr(),
+                     count[lo].data_ptr(), runs)  # fmt: skip
 
     _split(m, part)
     return sums

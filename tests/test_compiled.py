@@ -240,3 +240,21 @@ def test_local_average_cell_list_same_on_both_engines(monkeypatch, name):
     assert torch.equal(torch.isfinite(lse_c), ok)
     torch.testing.assert_close(lse_c[ok], lse_t[ok], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(mean_c[ok], mean_t[ok], rtol=1e-10, atol=1e-10)
+
+
+def test_python_threads_where_openmp_is_missing(monkeypatch):
+    # built without OpenMP, the rows are split over Python threads: same sums
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(700, 2, generator=g, dtype=torch.float64)
+    b = torch.randn(900, 2, generator=g, dtype=torch.float64)
+    v = torch.randn(900, 2, generator=g, dtype=torch.float64)
+    lib = compiled.library()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        with_omp = compiled.kernel_sums(a, b, v, "gaussian", FLOOR)
+        monkeypatch.setattr(lib, "lb_openmp", lambda: 0)
+        with_pool = compiled.kernel_sums(a, b, v, "gaussian", FLOOR)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(with_omp, with_pool)

@@ -26,7 +26,8 @@
  * for y >= floor2 (tests/test_compiled.py). Working in base 2 saves the multiplication by
  * log2(e) and the two-part reduction of a natural-log exp.
  *
- * Build: cc -O3 -march=native -fno-math-errno -fno-trapping-math -fopenmp-simd -shared -fPIC
+ * Build: cc -O3 -march=native -fno-math-errno -fno-trapping-math -fopenmp -shared -fPIC
+ * (or -fopenmp-simd where OpenMP is missing: then Python splits the rows over its own threads)
  * (no -ffast-math: it would change the process's floating-point mode when linked).
  */
 #include <math.h>
@@ -386,6 +387,42 @@ void run_sums(const double *a, const double *bt, const double *vt, double *sums,
         }
       }
     }
+  }
+}
+
+/* ---- threads: OpenMP over chunks of ROWS queries ----
+   Built with -fopenmp the shared object links libgomp.so.1, the soname PyTorch's CPU wheels load
+   too: the loader reuses PyTorch's runtime, so these loops run on the intra-op threads PyTorch
+   already keeps awake (a second pool of threads would compete with them for the cores). */
+int lb_openmp(void) {
+#ifdef _OPENMP
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+void kernel_sums_threads(const double *a, const double *bt, const double *vt, double *sums,
+                         int64_t m, int64_t n, int64_t d, int64_t nv, int profile,
+                         double floor_arg, int64_t threads) {
+  const int64_t pieces = (m + ROWS - 1) / ROWS;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t p = 0; p < pieces; p++) {
+    const int64_t lo = p * ROWS, rows = m - lo < ROWS ? m - lo : ROWS;
+    kernel_sums(a + lo * d, bt, vt, sums + lo * (nv + 1), rows, n, d, nv, profile, floor_arg);
+  }
+}
+
+void run_sums_threads(const double *a, const double *bt, const double *vt, double *sums,
+                      int64_t m, int64_t n, int64_t d, int64_t nv, int profile,
+                      double floor_arg, const int64_t *start, const int64_t *count,
+                      int64_t runs, int64_t threads) {
+  const int64_t pieces = (m + ROWS - 1) / ROWS;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t p = 0; p < pieces; p++) {
+    const int64_t lo = p * ROWS, rows = m - lo < ROWS ? m - lo : ROWS;
+    run_sums(a + lo * d, bt, vt, sums + lo * (nv + 1), rows, n, d, nv, profile, floor_arg,
+             start + lo * runs, count + lo * runs, runs);
   }
 }
 
