@@ -192,17 +192,18 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 
 def _prepare(a, b, values, kernel):
-    """float64 contiguous operands of the C loops: ``a (m, d)``, ``bt (d, n)``, ``vt (k, n)``."""
+    """The C loops' operands: float64 contiguous ``a (m, d)``, ``bt (d, n)``, ``vt (k, n)``,
+    the number ``k`` of value columns and a zero ``(m, k + 1)`` result."""
     # the Gaussian in base 2: |a' - b'|^2 = u^2/2 * log2(e), so the loop's 2^(-|a' - b'|^2)
     # is exp(-u^2/2) without a multiplication per pair
     s = GAUSS_SCALE if kernel == "gaussian" else 1.0
     a = (a.to(torch.float64) * s).contiguous()
     bt = (b.to(torch.float64) * s).T.contiguous()
     if values is None:
-        vt = torch.empty(0, dtype=torch.float64)
+        k, vt = 0, torch.empty(0, dtype=torch.float64)
     else:
-        vt = values.to(torch.float64).T.contiguous()
-    return a, bt, vt
+        k, vt = values.shape[1], values.to(torch.float64).T.contiguous()
+    return a, bt, vt, k, torch.zeros(a.shape[0], k + 1, dtype=torch.float64)
 
 
 def _split(m: int, part) -> None:
@@ -243,9 +244,7 @@ def kernel_sums(
     lib = lib or library()
     m, d = a.shape
     n = b.shape[0]
-    a, bt, vt = _prepare(a, b, values, kernel)
-    k = vt.shape[0] if values is not None else 0
-    sums = torch.zeros(m, k + 1, dtype=torch.float64)
+    a, bt, vt, k, sums = _prepare(a, b, values, kernel)
     profile = PROFILES[kernel]
 
     args = (a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr())
@@ -279,9 +278,7 @@ def run_sums(
     lib = lib or library()
     m, d = a.shape
     n = b.shape[0]
-    a, bt, vt = _prepare(a, b, values, kernel)
-    k = vt.shape[0] if values is not None else 0
-    sums = torch.zeros(m, k + 1, dtype=torch.float64)
+    a, bt, vt, k, sums = _prepare(a, b, values, kernel)
     start = start.to(torch.int64).contiguous()
     count = count.to(torch.int64).contiguous()
     runs = start.shape[1]

@@ -175,29 +175,26 @@ def test_far_queries_are_redone_exactly():
     assert lse[1] == pytest.approx(-0.5 * 990.0**2)
 
 
-def test_disabled_by_environment(tmp_path):
-    code = "import localbook.compiled as c; print(c.library() is None, c.status())"
-    env = dict(os.environ, LOCALBOOK_COMPILED="0", LOCALBOOK_CACHE=str(tmp_path))
-    out = subprocess.run(
+def _status_in_a_new_process(**env) -> str:
+    code = "import localbook.compiled as c; print(c.library() is not None, c.status())"
+    return subprocess.run(
         [sys.executable, "-c", code],
-        env=env,
+        env=dict(os.environ, **env),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert out.startswith("True disabled by LOCALBOOK_COMPILED=0")
+
+
+def test_disabled_by_environment(tmp_path):
+    out = _status_in_a_new_process(
+        LOCALBOOK_COMPILED="0", LOCALBOOK_CACHE=str(tmp_path)
+    )
+    assert out.startswith("False disabled by LOCALBOOK_COMPILED=0")
 
 
 def test_builds_into_an_empty_cache(tmp_path):
-    code = "import localbook.compiled as c; print(c.library() is not None, c.status())"
-    env = dict(os.environ, LOCALBOOK_CACHE=str(tmp_path))
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _status_in_a_new_process(LOCALBOOK_CACHE=str(tmp_path))
     assert out.startswith("True compiled kernels loaded from " + str(tmp_path))
     assert len(list(tmp_path.glob("kernel_sums-*.so"))) == 1  # no temporary left behind
 
