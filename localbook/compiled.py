@@ -5,7 +5,7 @@ The PyTorch engine (:mod:`localbook.kernels`) makes four passes over each tile o
 them all, with a ``2^y`` that vectorizes (``_c/kernel_sums.c`` states its error bound: at
 most 2 ulp; the Gaussian is evaluated in base 2 from coordinates scaled by
 ``GAUSS_SCALE``). The source ships with the package and is built on first use with the system's C
-compiler (``$CC`` or ``cc``, about 0.3 s) into a cache directory (``$LOCALBOOK_CACHE``, else
+compiler (``$CC`` or ``cc``, about a second) into a cache directory (``$LOCALBOOK_CACHE``, else
 ``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by the source, the compiler and
 the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``, :func:`library` is ``None`` and
 every caller uses the PyTorch engine, which gives the same sums to rounding.
