@@ -4,10 +4,10 @@ The PyTorch engine (:mod:`localbook.kernels`) makes four passes over each tile o
 (distance product, clamp, ``exp``, weighted sums); here one C loop over L1-sized blocks does
 them all, with a ``2^y`` that vectorizes (``_c/kernel_sums.c`` states its error bound: at
 most 2 ulp; the Gaussian is evaluated in base 2 from coordinates scaled by
-``GAUSS_SCALE``). The source ships with the package and is built on first use with the system's C
-compiler (``$CC`` or ``cc``, about a second) into a cache directory (``$LOCALBOOK_CACHE``, else
-``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by the source, the compiler and
-the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``, :func:`library` is ``None`` and
+``GAUSS_SCALE``). The source ships with the package and is built on first use with the
+system's C compiler (``$CC`` or ``cc``; 3–4 s on a 2-core machine) into a cache directory
+(``$LOCALBOOK_CACHE``, else ``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by
+the source, the compiler and the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``, :func:`library` is ``None`` and
 every caller uses the PyTorch engine, which gives the same sums to rounding.
 
 :func:`status` says which path is active and why.
@@ -126,6 +126,13 @@ def load(path) -> ctypes.CDLL:
     lib.kernel_sums_threads.argtypes = lib.kernel_sums.argtypes + [ctypes.c_int64]
     lib.run_sums_threads.restype = None
     lib.run_sums_threads.argtypes = lib.run_sums.argtypes + [ctypes.c_int64]
+    lib.scale_points.restype = ctypes.c_int64
+    lib.scale_points.argtypes = (
+        [ctypes.c_void_p] + [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 2
+    ) + [ctypes.c_double, ctypes.c_void_p, ctypes.c_int64]
+    lib.finish_sums.restype = ctypes.c_int64
+    lib.finish_sums.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    lib.finish_sums.argtypes += [ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p]
     lib.exp2_array.restype = None
     lib.exp2_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
     return lib
@@ -191,9 +198,34 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _state["pool"]
 
 
+def _profile(kernel) -> int:
+    """The C loop's number for ``kernel``; a ``ValueError`` naming the known ones otherwise."""
+    try:
+        return PROFILES[kernel]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"kernel must be one of {sorted(PROFILES)} for the compiled loop, got {kernel!r}"
+        ) from None
+
+
+def _check_operands(a, b, values) -> None:
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.device.type != "cpu":
+            raise ValueError(f"{name} must be a 2-D CPU tensor")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(
+            f"a and b must have the same number of columns, got {a.shape[1]} and {b.shape[1]}"
+        )
+    if values is not None and (values.ndim != 2 or values.shape[0] != b.shape[0]):
+        raise ValueError(
+            f"values must be ({b.shape[0]}, k) like b's rows, got {tuple(values.shape)}"
+        )
+
+
 def _prepare(a, b, values, kernel):
     """The C loops' operands: float64 contiguous ``a (m, d)``, ``bt (d, n)``, ``vt (k, n)``,
     the number ``k`` of value columns and a zero ``(m, k + 1)`` result."""
+    _check_operands(a, b, values)
     # the Gaussian in base 2: |a' - b'|^2 = u^2/2 * log2(e), so the loop's 2^(-|a' - b'|^2)
     # is exp(-u^2/2) without a multiplication per pair
     s = GAUSS_SCALE if kernel == "gaussian" else 1.0
@@ -204,6 +236,80 @@ def _prepare(a, b, values, kernel):
     else:
         k, vt = values.shape[1], values.to(torch.float64).T.contiguous()
     return a, bt, vt, k, torch.zeros(a.shape[0], k + 1, dtype=torch.float64)
+
+
+def scale_points(
+    t: torch.Tensor,
+    center: torch.Tensor,
+    h: torch.Tensor,
+    scale: float,
+    transpose: bool = False,
+    lib: Optional[ctypes.CDLL] = None,
+) -> tuple:
+    """``(out, bad)``: ``out = ((t − center) / h) · scale`` as float64, ``(rows, d)`` or with
+    ``transpose`` ``(d, rows)``, in one C pass over ``t`` (float32 or float64, any strides;
+    the difference and quotient rounded in ``t``'s precision); ``bad`` counts the rows whose
+    ``(t − center) / h`` has a squared norm that is not finite."""
+    if t.dtype not in (torch.float32, torch.float64) or t.ndim != 2:
+        raise ValueError(f"t must be a 2-D float32 or float64 tensor, got {t.dtype}")
+    rows, d = t.shape
+    c = center.to(torch.float64).contiguous()
+    hh = h.to(torch.float64).contiguous()
+    out = torch.empty((d, rows) if transpose else (rows, d), dtype=torch.float64)
+    rs, cs = t.stride()
+    bad = (lib or library()).scale_points(
+        t.data_ptr(), t.dtype == torch.float32, rows, d, rs, cs,
+        c.data_ptr(), hh.data_ptr(), scale, out.data_ptr(), transpose,
+    )  # fmt: skip
+    return out, bad
+
+
+def sums_of_scaled(
+    a: torch.Tensor,
+    bt: torch.Tensor,
+    vt: Optional[torch.Tensor],
+    kernel: str,
+    floor: float,
+) -> torch.Tensor:
+    """:func:`kernel_sums` on operands already in the loop's layout and units (float64
+    contiguous ``a (m, d)``, ``bt (d, n)``, ``vt (k, n)`` or ``None``; Gaussian coordinates
+    times ``GAUSS_SCALE``), as :func:`scale_points` makes them: no copies."""
+    lib = library()
+    m, d = a.shape
+    n = bt.shape[1]
+    k = 0 if vt is None else vt.shape[0]
+    sums = torch.zeros(m, k + 1, dtype=torch.float64)
+    vp = 0 if vt is None else vt.data_ptr()
+    _run(lib, (a, bt, vp, sums), m, n, d, k, _profile(kernel), floor)
+    return sums
+
+
+def finish(sums: torch.Tensor, redo_below: float) -> tuple:
+    """``(mean (m, k), log_sum (m,), n_redo)`` from kernel sums ``(m, k + 1)``: the weighted
+    means, ``log Σ k`` and the number of rows whose sum is below ``redo_below``."""
+    m, k = sums.shape[0], sums.shape[1] - 1
+    mean = torch.empty(m, k, dtype=torch.float64)
+    log_sum = torch.empty(m, dtype=torch.float64)
+    n_redo = library().finish_sums(
+        sums.data_ptr(), m, k, redo_below, mean.data_ptr(), log_sum.data_ptr()
+    )
+    return mean, log_sum, n_redo
+
+
+def _run(lib, operands, m, n, d, k, profile, floor) -> None:
+    """The dense loop over ``m`` query rows: OpenMP threads, or rows split over Python's."""
+    a, bt, vt, sums = operands
+    vp = vt if isinstance(vt, int) else vt.data_ptr()
+    if lib.lb_openmp():
+        lib.kernel_sums_threads(a.data_ptr(), bt.data_ptr(), vp, sums.data_ptr(),
+                                m, n, d, k, profile, floor, torch.get_num_threads())  # fmt: skip
+        return
+
+    def part(lo: int, hi: int) -> None:
+        lib.kernel_sums(a[lo].data_ptr(), bt.data_ptr(), vp, sums[lo].data_ptr(),
+                        hi - lo, n, d, k, profile, floor)  # fmt: skip
+
+    _split(m, part)
 
 
 def _split(m: int, part) -> None:
@@ -242,23 +348,9 @@ def kernel_sums(
     :func:`library` to be available (or ``lib``, another build of the source).
     """
     lib = lib or library()
-    m, d = a.shape
-    n = b.shape[0]
     a, bt, vt, k, sums = _prepare(a, b, values, kernel)
-    profile = PROFILES[kernel]
-
-    args = (a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr())
-    if lib.lb_openmp():
-        lib.kernel_sums_threads(
-            *args, m, n, d, k, profile, floor, torch.get_num_threads()
-        )
-        return sums
-
-    def part(lo: int, hi: int) -> None:
-        lib.kernel_sums(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
-                        hi - lo, n, d, k, profile, floor)  # fmt: skip
-
-    _split(m, part)
+    (m, d), n = a.shape, b.shape[0]
+    _run(lib, (a, bt, vt, sums), m, n, d, k, _profile(kernel), floor)
     return sums
 
 
@@ -276,13 +368,17 @@ def run_sums(
     ``start[q, r] … start[q, r] + count[q, r] − 1`` for each run ``r`` (a cell list's
     neighbouring cells, the data sorted by cell). ``start``, ``count``: ``(m, runs)`` int64."""
     lib = lib or library()
-    m, d = a.shape
-    n = b.shape[0]
     a, bt, vt, k, sums = _prepare(a, b, values, kernel)
+    (m, d), n = a.shape, b.shape[0]
+    if start.shape != count.shape or start.ndim != 2 or start.shape[0] != m:
+        raise ValueError(
+            f"start and count must both be ({m}, runs), got {tuple(start.shape)} and "
+            f"{tuple(count.shape)}"
+        )
     start = start.to(torch.int64).contiguous()
     count = count.to(torch.int64).contiguous()
     runs = start.shape[1]
-    profile = PROFILES[kernel]
+    profile = _profile(kernel)
 
     if lib.lb_openmp():
         lib.run_sums_threads(a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr(),

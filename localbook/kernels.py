@@ -564,15 +564,20 @@ class _DataSide:
             and compiled.library() is not None
         )
         self._grid = _Grid.build(x, values, h, self.center) if kern.compact else None
-        self._scaled = self._aug = None
+        self._loop = self._aug = None
 
-    def scaled(self) -> torch.Tensor:
-        if self._scaled is None:
-            b = (self.x - self.center) / self.h
-            if not bool(torch.isfinite((b * b).sum(1)).all()):
+    def loop_operands(self):
+        """``(scale, bt (d, n), vt (k, n) or None)``: the data in the compiled loop's layout
+        and units (:func:`localbook.compiled.scale_points`), made once."""
+        if self._loop is None:
+            scale = compiled.GAUSS_SCALE if self.kern.name == "gaussian" else 1.0
+            bt, bad = compiled.scale_points(self.x, self.center, self.h, scale, True)
+            if bad:
                 _overflow("x")
-            self._scaled = b
-        return self._scaled
+            v = self.values
+            vt = None if v is None else v.to(torch.float64).T.contiguous()
+            self._loop = scale, bt, vt
+        return self._loop
 
     def augmented(self):
         if self._aug is None:
@@ -608,11 +613,20 @@ class _DataSide:
         floor = _exp_floor(work)
         online = False
         if self.compiled:
-            b = self.scaled()  # the data's overflow check first, as on the other paths
-            a = (xq - center) / h
-            if not bool(torch.isfinite((a * a).sum(1)).all()):
+            # operands, loop and results in C: no PyTorch operation on the common path
+            scale, bt, vt = self.loop_operands()  # the data's overflow check first
+            a, bad = compiled.scale_points(xq, center, h, scale)
+            if bad:
                 _overflow("x_query")
-            sums = compiled.kernel_sums(a, b, values, kern.name, floor)
+            sums = compiled.sums_of_scaled(a, bt, vt, kern.name, floor)
+            eps = torch.finfo(torch.float64).eps
+            redo_below = 0.0 if kern.compact else n * math.exp(floor) * 2.0 / eps
+            mean, log_sum, n_redo = compiled.finish(sums, redo_below)
+            if not n_redo:
+                if x.dtype != torch.float64:
+                    log_sum = log_sum.to(x.dtype)
+                    mean = mean.to(x.dtype)
+                return (None if values is None else mean), log_sum
             shift = torch.zeros(m, dtype=x.dtype, device=x.device)
             aq = None
         else:

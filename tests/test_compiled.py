@@ -148,8 +148,10 @@ def test_local_average_same_on_both_engines(monkeypatch, name):
     v = torch.randn(800, 2, generator=g, dtype=torch.float64)
     h = torch.tensor([0.4, 0.7], dtype=torch.float64)
     used = []
-    real = compiled.kernel_sums
-    monkeypatch.setattr(compiled, "kernel_sums", lambda *a: used.append(1) or real(*a))
+    real = compiled.sums_of_scaled
+    monkeypatch.setattr(
+        compiled, "sums_of_scaled", lambda *a: used.append(1) or real(*a)
+    )
     monkeypatch.setattr(kernels, "GRID_MAX_DIM", 0)  # dense pairs on both sides
     with _quiet():
         mean_c, lse_c = local_average(q, x, v, h, name)
@@ -255,3 +257,71 @@ def test_python_threads_where_openmp_is_missing(monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(with_omp, with_pool)
+
+
+def test_bad_operands_are_named():
+    a = torch.zeros(3, 2, dtype=torch.float64)
+    b = torch.zeros(4, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        compiled.kernel_sums(a, b, None, "tricube", FLOOR)
+    with pytest.raises(ValueError, match="same number of columns"):
+        compiled.kernel_sums(a, b[:, :1], None, "gaussian", FLOOR)
+    with pytest.raises(ValueError, match="values must be"):
+        compiled.kernel_sums(a, b, torch.zeros(3, 1), "gaussian", FLOOR)
+    with pytest.raises(ValueError, match="a must be a 2-D CPU tensor"):
+        compiled.kernel_sums(a[0], b, None, "gaussian", FLOOR)
+    runs = torch.zeros(3, 2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="start and count"):
+        compiled.run_sums(a, b, None, "uniform", 0.0, runs, runs[:, :1], None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_scale_points_equal_the_pytorch_expression(dtype, transpose):
+    g = torch.Generator().manual_seed(12)
+    t = (100 * torch.randn(9, 70, generator=g, dtype=torch.float64)).to(dtype).T[::2]
+    center = 3 * torch.randn(9, generator=g, dtype=torch.float64).to(dtype)
+    h = torch.rand(9, generator=g, dtype=torch.float64).to(dtype) + 0.1
+    out, bad = compiled.scale_points(t, center, h, 0.75, transpose)  # strided input
+    ref = ((t - center) / h).to(torch.float64) * 0.75
+    assert bad == 0 and out.dtype == torch.float64
+    assert torch.equal(out, ref.T if transpose else ref)  # the same roundings
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_scale_points_count_overflowing_rows(dtype):
+    big = torch.finfo(dtype).max
+    t = torch.tensor(
+        [[0.0, 1.0], [big / 2, -big / 2], [1.0, 2.0], [0.0, big]], dtype=dtype
+    )
+    h = torch.tensor([1e-3, 1.0], dtype=dtype)
+    _, bad = compiled.scale_points(t, torch.zeros(2, dtype=dtype), h, 1.0)
+    assert bad == 2  # rows 1 and 3: (t - c) / h squared is not finite
+
+
+def test_finish_gives_means_logs_and_rows_to_redo():
+    g = torch.Generator().manual_seed(13)
+    sums = torch.rand(50, 4, generator=g, dtype=torch.float64)
+    sums[3] = 0.0  # an empty row: no weight anywhere
+    sums[[5, 9], -1] = 1e-300
+    mean, log_sum, n_redo = compiled.finish(sums, 1e-290)
+    ref = sums[:, :-1] / sums[:, -1:]
+    torch.testing.assert_close(mean, ref, rtol=0, atol=0, equal_nan=True)
+    ok = torch.arange(50) != 3
+    torch.testing.assert_close(log_sum[ok], torch.log(sums[ok, -1]), rtol=1e-15, atol=0)
+    assert log_sum[3] == -math.inf and bool(mean[3].isnan().all())
+    assert n_redo == 3  # the zero row and the two below the threshold
+
+
+def test_local_average_float32_same_on_both_engines(monkeypatch):
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(900, 3, generator=g)
+    q = torch.randn(200, 3, generator=g)
+    v = torch.randn(900, 2, generator=g)
+    h = torch.tensor([0.5, 0.6, 0.7])
+    mean_c, lse_c = local_average(q, x, v, h, "gaussian")
+    monkeypatch.setattr(compiled, "library", lambda: None)
+    mean_t, lse_t = local_average(q, x, v, h, "gaussian")
+    assert mean_c.dtype == lse_c.dtype == torch.float32
+    torch.testing.assert_close(lse_c, lse_t, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mean_c, mean_t, rtol=1e-4, atol=1e-4)
