@@ -95,11 +95,9 @@ def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
     a sum that overflowed) is followed by an exact count, in row chunks under the memory budget
     of :func:`localbook.kernels.chunk_rows`. Returns ``t``.
     """
-    if not t.numel():
+    if not t.numel() or math.isfinite(t.detach().sum().item()):
         return t
     with torch.no_grad():
-        if bool(torch.isfinite(t.sum())):
-            return t
         from .kernels import chunk_rows, iter_chunks  # kernels imports this module
 
         t2 = t.reshape(t.shape[0], -1) if t.ndim > 1 else t.reshape(-1, 1)

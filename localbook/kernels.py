@@ -135,7 +135,8 @@ def _overflow(name: str):
 
 def data_center(x: torch.Tensor) -> torch.Tensor:
     """Midrange of the data per dimension (cannot overflow, unlike a sum)."""
-    return 0.5 * x.amax(0) + 0.5 * x.amin(0)
+    lo, hi = torch.aminmax(x, dim=0)  # one pass: half the time of amax and amin
+    return torch.add(hi * 0.5, lo, alpha=0.5)
 
 
 def _augment_data(

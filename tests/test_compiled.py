@@ -325,3 +325,22 @@ def test_local_average_float32_same_on_both_engines(monkeypatch):
     assert mean_c.dtype == lse_c.dtype == torch.float32
     torch.testing.assert_close(lse_c, lse_t, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mean_c, mean_t, rtol=1e-4, atol=1e-4)
+
+
+def test_floored_terms_flush_to_zero_only_inside_the_loop(monkeypatch):
+    # h = 0.01 on the unit square: most pairs sit at the exp floor (~e * 2^-1022), and their
+    # products with values of either sign are subnormal; the loop flushes those (its speed),
+    # the results stay those of the PyTorch engine, and the caller's float mode is untouched
+    g = torch.Generator().manual_seed(15)
+    x = torch.rand(3000, 2, generator=g, dtype=torch.float64)
+    v = torch.sin(6 * x[:, :1]) * 1e-3
+    q = torch.rand(500, 2, generator=g, dtype=torch.float64)
+    h = torch.full((2,), 0.01, dtype=torch.float64)
+    mean_c, lse_c = local_average(q, x, v, h, "gaussian")
+    tiny = 2.0**-1070  # subnormal
+    assert torch.tensor(tiny, dtype=torch.float64) * 2 == 2 * tiny  # not flushed here
+    assert math.ldexp(1.0, -1070) * 2 > 0
+    monkeypatch.setattr(compiled, "library", lambda: None)
+    mean_t, lse_t = local_average(q, x, v, h, "gaussian")
+    torch.testing.assert_close(lse_c, lse_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(mean_c, mean_t, rtol=1e-10, atol=1e-15)
