@@ -55,6 +55,9 @@ PROFILES = {
     "biweight": 4,
 }
 
+#: The most coordinates the C loops take (``MAX_DIM`` in ``_c/kernel_sums.c``).
+MAX_DIM = 16
+
 #: sqrt(log2(e) / 2): scaled by it, squared distances are the Gaussian's exponent in base 2.
 GAUSS_SCALE = math.sqrt(0.5 / math.log(2.0))
 
@@ -133,6 +136,21 @@ def load(path) -> ctypes.CDLL:
     lib.finish_sums.restype = ctypes.c_int64
     lib.finish_sums.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     lib.finish_sums.argtypes += [ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p]
+    lib.local_means.restype = None
+    lib.local_means.argtypes = (
+        [ctypes.c_void_p]
+        + [ctypes.c_int64] * 3
+        + [ctypes.c_void_p] * 2
+        + [ctypes.c_double]
+    )
+    lib.local_means.argtypes += [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4
+    lib.local_means.argtypes += [ctypes.c_int, ctypes.c_double, ctypes.c_double]
+    lib.local_means_threads.restype = None
+    lib.local_means_threads.argtypes = lib.local_means.argtypes + [ctypes.c_int64]
+    lib.local_means.argtypes += [ctypes.c_void_p]
+    lib.local_means_threads.argtypes += [ctypes.c_void_p]
+    lib.midrange.restype = None
+    lib.midrange.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 5 + [ctypes.c_void_p]
     lib.exp2_array.restype = None
     lib.exp2_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
     return lib
@@ -264,36 +282,73 @@ def scale_points(
     return out, bad
 
 
-def sums_of_scaled(
-    a: torch.Tensor,
+def local_means(
+    xq: torch.Tensor,
+    center: torch.Tensor,
+    h: torch.Tensor,
+    scale: float,
     bt: torch.Tensor,
     vt: Optional[torch.Tensor],
     kernel: str,
     floor: float,
-) -> torch.Tensor:
-    """:func:`kernel_sums` on operands already in the loop's layout and units (float64
-    contiguous ``a (m, d)``, ``bt (d, n)``, ``vt (k, n)`` or ``None``; Gaussian coordinates
-    times ``GAUSS_SCALE``), as :func:`scale_points` makes them: no copies."""
+    redo_below: float,
+) -> tuple:
+    """The dense local mean of the queries ``xq (m, d)`` (float32 or float64, any strides)
+    over data already in the loop's layout (``bt (d, n)``, ``vt (k, n)`` or ``None``, from
+    :func:`scale_points` with the same ``center``, ``h`` and ``scale``), in one C call: each
+    piece of rows is scaled, summed and finished while in cache.
+
+    Returns ``(sums (m, k + 1), mean (m, k), log_sum (m,), bad, n_redo)``, float64: ``bad``
+    counts queries whose scaled squared norm overflowed, ``n_redo`` the rows whose total
+    weight is below ``redo_below``; an empty row (total 0) has ``log_sum = -inf`` and NaN
+    means.
+    """
     lib = library()
-    m, d = a.shape
-    n = bt.shape[1]
+    (m, d), n = xq.shape, bt.shape[1]
+    if d > MAX_DIM or xq.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"xq must be float32 or float64 with d <= {MAX_DIM}")
     k = 0 if vt is None else vt.shape[0]
-    sums = torch.zeros(m, k + 1, dtype=torch.float64)
-    vp = 0 if vt is None else vt.data_ptr()
-    _run(lib, (a, bt, vp, sums), m, n, d, k, _profile(kernel), floor)
-    return sums
-
-
-def finish(sums: torch.Tensor, redo_below: float) -> tuple:
-    """``(mean (m, k), log_sum (m,), n_redo)`` from kernel sums ``(m, k + 1)``: the weighted
-    means, ``log Σ k`` and the number of rows whose sum is below ``redo_below``."""
-    m, k = sums.shape[0], sums.shape[1] - 1
+    sums = torch.empty(m, k + 1, dtype=torch.float64)
     mean = torch.empty(m, k, dtype=torch.float64)
-    log_sum = torch.empty(m, dtype=torch.float64)
-    n_redo = library().finish_sums(
-        sums.data_ptr(), m, k, redo_below, mean.data_ptr(), log_sum.data_ptr()
-    )
-    return mean, log_sum, n_redo
+    total = torch.empty(m, dtype=torch.float64)
+    c = center.to(torch.float64).contiguous()
+    hh = h.to(torch.float64).contiguous()
+    rs, cs = xq.stride()
+    f32, size = xq.dtype == torch.float32, xq.element_size()
+    vp = 0 if vt is None else vt.data_ptr()
+    fixed = (c.data_ptr(), hh.data_ptr(), scale, bt.data_ptr(), vp)
+    profile = _profile(kernel)
+
+    def call(entry, lo, hi, *extra):
+        status = (ctypes.c_int64 * 2)()
+        entry(xq.data_ptr() + lo * rs * size, f32, rs, cs, *fixed,
+              sums.data_ptr() + lo * (k + 1) * 8, mean.data_ptr() + lo * k * 8,
+              total.data_ptr() + lo * 8, hi - lo, n, d, k, profile, floor, redo_below,
+              *extra, ctypes.addressof(status))  # fmt: skip
+        return status[0], status[1]
+
+    if m == 0:
+        parts = []
+    elif lib.lb_openmp():
+        parts = [call(lib.local_means_threads, 0, m, torch.get_num_threads())]
+    else:
+        parts = []
+        _split(m, lambda lo, hi: parts.append(call(lib.local_means, lo, hi)))
+    bad = sum(p[0] for p in parts)
+    n_redo = sum(p[1] for p in parts)
+    return sums, mean, total.log_(), bad, n_redo
+
+
+def midrange(t: torch.Tensor) -> torch.Tensor:
+    """``max/2 + min/2`` of each column of a 2-D float32 or float64 CPU tensor (any strides),
+    in ``t``'s dtype: :func:`localbook.kernels.data_center` in one C pass."""
+    out = torch.empty(t.shape[1], dtype=torch.float64)
+    rs, cs = t.stride()
+    library().midrange(
+        t.data_ptr(), t.dtype == torch.float32, t.shape[0], t.shape[1], rs, cs,
+        out.data_ptr(),
+    )  # fmt: skip
+    return out.to(t.dtype)
 
 
 def _run(lib, operands, m, n, d, k, profile, floor) -> None:

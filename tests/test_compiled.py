@@ -148,10 +148,8 @@ def test_local_average_same_on_both_engines(monkeypatch, name):
     v = torch.randn(800, 2, generator=g, dtype=torch.float64)
     h = torch.tensor([0.4, 0.7], dtype=torch.float64)
     used = []
-    real = compiled.sums_of_scaled
-    monkeypatch.setattr(
-        compiled, "sums_of_scaled", lambda *a: used.append(1) or real(*a)
-    )
+    real = compiled.local_means
+    monkeypatch.setattr(compiled, "local_means", lambda *a: used.append(1) or real(*a))
     monkeypatch.setattr(kernels, "GRID_MAX_DIM", 0)  # dense pairs on both sides
     with _quiet():
         mean_c, lse_c = local_average(q, x, v, h, name)
@@ -299,18 +297,47 @@ def test_scale_points_count_overflowing_rows(dtype):
     assert bad == 2  # rows 1 and 3: (t - c) / h squared is not finite
 
 
-def test_finish_gives_means_logs_and_rows_to_redo():
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_local_means_equal_kernel_sums_then_division(dtype, k, monkeypatch):
     g = torch.Generator().manual_seed(13)
-    sums = torch.rand(50, 4, generator=g, dtype=torch.float64)
-    sums[3] = 0.0  # an empty row: no weight anywhere
-    sums[[5, 9], -1] = 1e-300
-    mean, log_sum, n_redo = compiled.finish(sums, 1e-290)
-    ref = sums[:, :-1] / sums[:, -1:]
-    torch.testing.assert_close(mean, ref, rtol=0, atol=0, equal_nan=True)
-    ok = torch.arange(50) != 3
-    torch.testing.assert_close(log_sum[ok], torch.log(sums[ok, -1]), rtol=1e-15, atol=0)
-    assert log_sum[3] == -math.inf and bool(mean[3].isnan().all())
-    assert n_redo == 3  # the zero row and the two below the threshold
+    x = torch.randn(300, 3, generator=g, dtype=torch.float64).to(dtype)
+    q = (
+        torch.randn(7, 101, generator=g, dtype=torch.float64).to(dtype).T[:, 2:5]
+    )  # strided
+    q[5] = 40.0  # a far query: its total is below the threshold
+    v = None if k == 0 else torch.randn(k, 300, generator=g, dtype=torch.float64)
+    center, h = kernels.data_center(x), torch.tensor([0.5, 0.7, 0.9], dtype=dtype)
+    bt, bad = compiled.scale_points(x, center, h, compiled.GAUSS_SCALE, True)
+    a, _ = compiled.scale_points(q, center, h, 1.0)
+    ref = compiled.kernel_sums(a, bt.T / compiled.GAUSS_SCALE, v.T if k else None,
+                               "gaussian", FLOOR)  # fmt: skip
+    threads = torch.get_num_threads()
+    for omp in (1, 0):  # OpenMP threads, and Python's where OpenMP is missing
+        if not omp:
+            monkeypatch.setattr(compiled.library(), "lb_openmp", lambda: 0)
+        try:
+            torch.set_num_threads(3)
+            sums, mean, log_sum, bad, n_redo = compiled.local_means(
+                q, center, h, compiled.GAUSS_SCALE, bt, v, "gaussian", FLOOR, 1e-200
+            )
+        finally:
+            torch.set_num_threads(threads)
+        torch.testing.assert_close(sums, ref, rtol=1e-13, atol=0)
+        torch.testing.assert_close(mean, ref[:, :-1] / ref[:, -1:], rtol=1e-13, atol=0)
+        torch.testing.assert_close(log_sum, ref[:, -1].log(), rtol=1e-13, atol=0)
+        assert bad == 0 and n_redo == 1
+
+
+def test_local_means_count_overflowing_queries():
+    x = torch.randn(50, 2, dtype=torch.float64)
+    q = torch.tensor([[0.0, 0.0], [1e200, 0.0], [0.0, -1e200]], dtype=torch.float64)
+    center, h = kernels.data_center(x), torch.ones(2, dtype=torch.float64)
+    bt, _ = compiled.scale_points(x, center, h, 1.0, True)
+    *_, bad, _ = compiled.local_means(
+        q, center, h, 1.0, bt, None, "epanechnikov", 0.0, 0.0
+    )
+    assert bad == 2
 
 
 def test_local_average_float32_same_on_both_engines(monkeypatch):
@@ -344,3 +371,16 @@ def test_floored_terms_flush_to_zero_only_inside_the_loop(monkeypatch):
     mean_t, lse_t = local_average(q, x, v, h, "gaussian")
     torch.testing.assert_close(lse_c, lse_t, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(mean_c, mean_t, rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_midrange_equals_the_pytorch_reductions(dtype):
+    g = torch.Generator().manual_seed(16)
+    x = (1e6 * torch.randn(5, 801, generator=g, dtype=torch.float64)).to(dtype).T[::3]
+    got = kernels.data_center(x)  # the C pass (CPU, float32/64)
+    lo, hi = torch.aminmax(x, dim=0)
+    assert got.dtype == dtype and torch.equal(got, torch.add(hi * 0.5, lo, alpha=0.5))
+    big = torch.tensor(
+        [[torch.finfo(dtype).max], [torch.finfo(dtype).max]], dtype=dtype
+    )
+    assert torch.isfinite(kernels.data_center(big)).all()  # no overflow
