@@ -7,8 +7,14 @@ most 2 ulp; the Gaussian is evaluated in base 2 from coordinates scaled by
 ``GAUSS_SCALE``). The source ships with the package and is built on first use with the
 system's C compiler (``$CC`` or ``cc``; 3–4 s on a 2-core machine) into a cache directory
 (``$LOCALBOOK_CACHE``, else ``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by
-the source, the compiler and the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``, :func:`library` is ``None`` and
-every caller uses the PyTorch engine, which gives the same sums to rounding.
+the source, the compiler and the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``,
+:func:`library` is ``None`` and every caller uses the PyTorch engine, which gives the same
+sums to rounding.
+
+A whole local mean (Nadaraya–Watson, a KDE, a mean-shift step) is one call of
+:func:`local_means` on data prepared once by :func:`scale_points`: the queries are scaled,
+summed and turned into means piece by piece on the OpenMP threads, so a call at n = m = 2,000
+spends its time in the loop rather than in a dozen small PyTorch operations around it.
 
 :func:`status` says which path is active and why.
 """
@@ -30,7 +36,17 @@ from typing import Optional
 
 import torch
 
-__all__ = ["library", "status", "kernel_sums", "run_sums", "PROFILES"]
+__all__ = [
+    "library",
+    "status",
+    "scale_points",
+    "local_means",
+    "midrange",
+    "kernel_sums",
+    "run_sums",
+    "PROFILES",
+    "MAX_DIM",
+]
 
 SOURCE = Path(__file__).with_name("_c") / "kernel_sums.c"
 #: ``-ffast-math`` is left out on purpose: linked into a shared object it sets flush-to-zero
@@ -340,8 +356,11 @@ def local_means(
 
 
 def midrange(t: torch.Tensor) -> torch.Tensor:
-    """``max/2 + min/2`` of each column of a 2-D float32 or float64 CPU tensor (any strides),
-    in ``t``'s dtype: :func:`localbook.kernels.data_center` in one C pass."""
+    """``max/2 + min/2`` of each column of a 2-D float32 or float64 CPU tensor (any strides,
+    at most ``MAX_DIM`` columns), in ``t``'s dtype: what ``localbook.kernels.data_center``
+    computes, in one C pass over the rows."""
+    if t.ndim != 2 or t.shape[1] > MAX_DIM:
+        raise ValueError(f"t must be 2-D with at most {MAX_DIM} columns")
     out = torch.empty(t.shape[1], dtype=torch.float64)
     rs, cs = t.stride()
     library().midrange(

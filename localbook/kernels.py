@@ -140,7 +140,8 @@ def data_center(x: torch.Tensor) -> torch.Tensor:
         and x.dtype in (torch.float64, torch.float32)
         and x.ndim == 2
         and x.shape[0]
-        and not x.requires_grad
+        and x.shape[1] <= compiled.MAX_DIM  # the dimensions the loop takes; wide data:
+        and not x.requires_grad  # aminmax (a column walk would miss the cache)
         and compiled.library() is not None
     ):
         return compiled.midrange(

@@ -384,3 +384,5 @@ def test_midrange_equals_the_pytorch_reductions(dtype):
         [[torch.finfo(dtype).max], [torch.finfo(dtype).max]], dtype=dtype
     )
     assert torch.isfinite(kernels.data_center(big)).all()  # no overflow
+    with pytest.raises(ValueError, match="at most 16 columns"):
+        compiled.midrange(torch.zeros(3, 17, dtype=dtype))

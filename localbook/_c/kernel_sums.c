@@ -55,6 +55,7 @@
 #define BLOCK 512
 #define ROWS 32
 #define MAX_VALUES 8
+#define MAX_DIM 16 /* coordinates: localbook.compiled.MAX_DIM */
 #ifndef UNROLL
 #define UNROLL 4 /* independent vectors per step: 2^y is a chain of dependent FMAs */
 #endif
@@ -530,20 +531,24 @@ int64_t finish_sums(const double *sums, int64_t m, int64_t nv, double redo_below
   return redo;
 }
 
-/* out[l] = max_i src[i, l] / 2 + min_i src[i, l] / 2: the data's midrange (cannot overflow),
-   as localbook.kernels.data_center computes it, in one pass */
+/* out[l] = max_i src[i, l] / 2 + min_i src[i, l] / 2 for d <= MAX_DIM: the data's midrange
+   (cannot overflow), as localbook.kernels.data_center computes it, in one pass over the rows */
 void midrange(const void *src, int64_t f32, int64_t rows, int64_t d, int64_t rs, int64_t cs,
               double *out) {
+  double lo[MAX_DIM], hi[MAX_DIM];
   for (int64_t l = 0; l < d; l++) {
-    double lo = INFINITY, hi = -INFINITY;
-    for (int64_t i = 0; i < rows; i++) {
+    lo[l] = INFINITY;
+    hi[l] = -INFINITY;
+  }
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t l = 0; l < d; l++) {
       const double t =
           f32 ? ((const float *)src)[i * rs + l * cs] : ((const double *)src)[i * rs + l * cs];
-      lo = t < lo ? t : lo;
-      hi = t > hi ? t : hi;
+      lo[l] = t < lo[l] ? t : lo[l];
+      hi[l] = t > hi[l] ? t : hi[l];
     }
-    out[l] = f32 ? (double)((float)hi * 0.5f + (float)lo * 0.5f) : hi * 0.5 + lo * 0.5;
-  }
+  for (int64_t l = 0; l < d; l++)
+    out[l] = f32 ? (double)((float)hi[l] * 0.5f + (float)lo[l] * 0.5f) : hi[l] * 0.5 + lo[l] * 0.5;
 }
 
 /* A whole dense local mean for rows [0, m) of the queries: each piece of ROWS rows is scaled
@@ -551,7 +556,6 @@ void midrange(const void *src, int64_t f32, int64_t rows, int64_t d, int64_t rs,
    (finish_sums) while in cache, on the calling thread. status[0] += rows whose scaled query
    overflowed, status[1] += rows to redo. One C call instead of four: at n = m = 2,000 the
    calls and their PyTorch allocations were a tenth of the time. */
-#define MAX_DIM 16
 void local_means(const void *xq, int64_t f32, int64_t rs, int64_t cs, const double *center,
                  const double *h, double scale, const double *bt, const double *vt,
                  double *sums, double *mean, double *total, int64_t m, int64_t n, int64_t d,
