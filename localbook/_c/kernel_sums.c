@@ -555,7 +555,7 @@ void midrange(const void *src, int64_t f32, int64_t rows, int64_t d, int64_t rs,
    (as scale_points, into a buffer on the stack), summed (kernel_sums) and finished
    (finish_sums) while in cache, on the calling thread. status[0] += rows whose scaled query
    overflowed, status[1] += rows to redo. One C call instead of four: at n = m = 2,000 the
-   calls and their PyTorch allocations were a tenth of the time. */
+   calls and their small PyTorch operations were 14 % of the time (measured 0.27 of 1.98 ms). */
 void local_means(const void *xq, int64_t f32, int64_t rs, int64_t cs, const double *center,
                  const double *h, double scale, const double *bt, const double *vt,
                  double *sums, double *mean, double *total, int64_t m, int64_t n, int64_t d,
