@@ -149,9 +149,6 @@ def load(path) -> ctypes.CDLL:
     lib.scale_points.argtypes = (
         [ctypes.c_void_p] + [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 2
     ) + [ctypes.c_double, ctypes.c_void_p, ctypes.c_int64]
-    lib.finish_sums.restype = ctypes.c_int64
-    lib.finish_sums.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    lib.finish_sums.argtypes += [ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p]
     lib.local_means.restype = None
     lib.local_means.argtypes = (
         [ctypes.c_void_p]
@@ -272,6 +269,10 @@ def _prepare(a, b, values, kernel):
     return a, bt, vt, k, torch.zeros(a.shape[0], k + 1, dtype=torch.float64)
 
 
+def _float64(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.float64).contiguous()
+
+
 def scale_points(
     t: torch.Tensor,
     center: torch.Tensor,
@@ -287,8 +288,7 @@ def scale_points(
     if t.dtype not in (torch.float32, torch.float64) or t.ndim != 2:
         raise ValueError(f"t must be a 2-D float32 or float64 tensor, got {t.dtype}")
     rows, d = t.shape
-    c = center.to(torch.float64).contiguous()
-    hh = h.to(torch.float64).contiguous()
+    c, hh = _float64(center), _float64(h)
     out = torch.empty((d, rows) if transpose else (rows, d), dtype=torch.float64)
     rs, cs = t.stride()
     bad = (lib or library()).scale_points(
@@ -327,8 +327,7 @@ def local_means(
     sums = torch.empty(m, k + 1, dtype=torch.float64)
     mean = torch.empty(m, k, dtype=torch.float64)
     total = torch.empty(m, dtype=torch.float64)
-    c = center.to(torch.float64).contiguous()
-    hh = h.to(torch.float64).contiguous()
+    c, hh = _float64(center), _float64(h)
     rs, cs = xq.stride()
     f32, size = xq.dtype == torch.float32, xq.element_size()
     vp = 0 if vt is None else vt.data_ptr()
@@ -370,22 +369,6 @@ def midrange(t: torch.Tensor) -> torch.Tensor:
     return out.to(t.dtype)
 
 
-def _run(lib, operands, m, n, d, k, profile, floor) -> None:
-    """The dense loop over ``m`` query rows: OpenMP threads, or rows split over Python's."""
-    a, bt, vt, sums = operands
-    vp = vt if isinstance(vt, int) else vt.data_ptr()
-    if lib.lb_openmp():
-        lib.kernel_sums_threads(a.data_ptr(), bt.data_ptr(), vp, sums.data_ptr(),
-                                m, n, d, k, profile, floor, torch.get_num_threads())  # fmt: skip
-        return
-
-    def part(lo: int, hi: int) -> None:
-        lib.kernel_sums(a[lo].data_ptr(), bt.data_ptr(), vp, sums[lo].data_ptr(),
-                        hi - lo, n, d, k, profile, floor)  # fmt: skip
-
-    _split(m, part)
-
-
 def _split(m: int, part) -> None:
     """Run ``part(lo, hi)`` over the rows ``[0, m)`` on ``torch.get_num_threads()`` threads."""
     workers = max(1, min(torch.get_num_threads(), m // 64))
@@ -424,7 +407,20 @@ def kernel_sums(
     lib = lib or library()
     a, bt, vt, k, sums = _prepare(a, b, values, kernel)
     (m, d), n = a.shape, b.shape[0]
-    _run(lib, (a, bt, vt, sums), m, n, d, k, _profile(kernel), floor)
+    profile = _profile(kernel)
+
+    args = (a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr())
+    if lib.lb_openmp():
+        lib.kernel_sums_threads(
+            *args, m, n, d, k, profile, floor, torch.get_num_threads()
+        )
+        return sums
+
+    def part(lo: int, hi: int) -> None:
+        lib.kernel_sums(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
+                        hi - lo, n, d, k, profile, floor)  # fmt: skip
+
+    _split(m, part)
     return sums
 
 
