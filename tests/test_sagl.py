@@ -343,6 +343,66 @@ def test_loss_gradient_passes_gradcheck(objective):
     assert torch.autograd.gradcheck(f, (u,), eps=1e-6, atol=1e-5)
 
 
+def test_neighbour_rows_gather_and_its_sparse_backward():
+    from localbook.sagl import _GatherRows, _selection_t
+
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(9, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    idx = torch.randint(0, 9, (9, 5), generator=g)
+    flat = idx.reshape(-1)
+    sel = _selection_t(flat, 9, torch.float64)
+    out = _GatherRows.apply(z, flat, sel)
+    torch.testing.assert_close(out, z[flat], rtol=0, atol=0)
+    weights = torch.randn(45, 4, generator=g, dtype=torch.float64)
+    (out * weights).sum().backward()
+    ref = torch.zeros(9, 4, dtype=torch.float64).index_add_(0, flat, weights)
+    torch.testing.assert_close(z.grad, ref)
+    assert torch.autograd.gradcheck(lambda t: _GatherRows.apply(t, flat, sel), (z,))
+    # the model keeps the selection matrix for the index it was given, and only for it
+    views = standardize_views(small_views(n=9))
+    model = model_for(views)
+    _, cand = candidate_neighbours(views, 4)
+    torch.testing.assert_close(model.neighbour_rows(z, cand), z[cand])
+    kept = model._selection[3]
+    model.neighbour_rows(z, cand)
+    assert model._selection[3] is kept
+    cand2 = cand.flip(1)
+    torch.testing.assert_close(model.neighbour_rows(z, cand2), z[cand2])
+    cand2[0, 0] = (cand2[0, 0] + 1) % 9  # changed in place: the matrix is rebuilt
+    torch.testing.assert_close(model.neighbour_rows(z, cand2), z[cand2])
+
+
+def test_weighted_rows_matches_einsum_and_passes_gradcheck():
+    from localbook.sagl import _weighted_rows
+
+    g = torch.Generator().manual_seed(4)
+    w = torch.rand(6, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    rows = torch.randn(6, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(
+        _weighted_rows(w, rows), torch.einsum("nm,nmc->nc", w, rows)
+    )
+    assert torch.autograd.gradcheck(_weighted_rows, (w, rows))
+    assert torch.autograd.gradcheck(lambda t: _weighted_rows(t, rows.detach()), (w,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_normalized_affinity_sparse_equals_dense(dtype):
+    from localbook.sagl import _normalized_affinity
+
+    g = torch.Generator().manual_seed(5)
+    a = torch.rand(40, 40, generator=g, dtype=dtype)
+    a[a < 0.8] = 0  # sparse rows, some asymmetric pairs
+    a[7] = 0  # a node with no out-edges...
+    a[:, 7] = 0  # ... and none in: isolated, a zero row
+    a[3, 9] = -0.5  # |A| is used
+    dense = _normalized_affinity(a, True)
+    sparse = _normalized_affinity(a, False)
+    torch.testing.assert_close(
+        torch.as_tensor(sparse.toarray()), dense, rtol=1e-15, atol=0
+    )
+    assert not dense[7].any()
+
+
 def test_gradients_reach_every_parameter():
     views = standardize_views(small_views())
     model, idx, out = forward(views)
