@@ -338,7 +338,7 @@ class SparseAttentionGraph(nn.Module):
 
     def neighbour_rows(self, t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """``t[index]`` ``(n, m, C)`` for rows ``t (n, C)`` (a gather whose backward is one
-        sparse product, :class:`_GatherRows`; the selection matrix is kept for the index)."""
+        sparse product, ``_GatherRows``; the selection matrix is kept for the index)."""
         n, m = index.shape
         if t.dtype not in (torch.float32, torch.float64):  # sparse products: these two
             return t[index]

@@ -83,6 +83,34 @@ def test_alpha_gradient_by_gradcheck_per_head():
     )
 
 
+@pytest.mark.parametrize(
+    "alphas", [(1.2, 1.6, 2.0), (1.5, 1.5, 1.5), (0.5, 0.8, 3.0)], ids=str
+)
+def test_tensor_alpha_paths_pass_gradcheck(alphas):
+    """α all in (1, 2] (α = 2 included): Newton's method on τ; otherwise bisection. Both
+    share one backward, whose masks of 0^(2 − α) apply from α ≥ 2 on."""
+    from localbook import entmax_alpha as module
+
+    z = _z((2, 3, 4, 6)).requires_grad_()
+    alpha = torch.tensor(alphas, dtype=torch.float64).view(1, 3, 1, 1).requires_grad_()
+    newton = all(1 < a <= 2 for a in alphas)
+    called = []
+    real = module._EntmaxAlphaNewtonFunction.apply
+    module._EntmaxAlphaNewtonFunction.apply = lambda *a: called.append(1) or real(*a)
+    try:
+        entmax_bisect(z, alpha)
+    finally:
+        module._EntmaxAlphaNewtonFunction.apply = real
+    assert bool(called) == newton
+    assert torch.autograd.gradcheck(
+        lambda z, a: entmax_bisect(z, a, n_iter=200), (z, alpha)
+    )
+    if alphas == (1.5, 1.5, 1.5):  # the tensor path agrees with the float one
+        torch.testing.assert_close(
+            entmax_bisect(z, alpha), entmax_bisect(z, 1.5), rtol=0, atol=1e3 * EPS
+        )
+
+
 def test_learnable_alpha_is_learned():
     """Fitting α by gradient descent recovers the α that produced a target distribution."""
     z = _z((8, 10))
