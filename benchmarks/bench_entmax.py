@@ -245,6 +245,10 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print(f"wrote {out}")
+    # RESULTS.md, as every other script's write_section does
+    from run_all import assemble
+
+    assemble()
     return 0
 
 
