@@ -336,7 +336,14 @@ class SparseAttentionGraph(nn.Module):
         sd = zc.pow(2).mean(0).add(1e-8).sqrt()
         return zc / (sd * math.sqrt(self.latent_dim))
 
-    def neighbour_rows(self, t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def __getstate__(self):
+        # copies and pickles leave the gather cache behind (a sparse CSR matrix cannot be
+        # deep-copied; it is rebuilt on the next forward)
+        state = dict(super().__getstate__())
+        state["_selection"] = None
+        return state
+
+    def _neighbour_rows(self, t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """``t[index]`` ``(n, m, C)`` for rows ``t (n, C)`` (a gather whose backward is one
         sparse product, ``_GatherRows``; the selection matrix is kept for the index)."""
         n, m = index.shape
@@ -365,7 +372,7 @@ class SparseAttentionGraph(nn.Module):
         """Bilinear scores ``sᵢⱼ = (zᵢᵀU)(zⱼᵀV)ᵀ√C`` for ``j = index[i, ·]``, ``(n, m)``."""
         zu, zv = z @ self.U, z @ self.V
         # bmm, not einsum (see _weighted_rows)
-        s = torch.bmm(self.neighbour_rows(zv, index), zu[:, :, None])[:, :, 0]
+        s = torch.bmm(self._neighbour_rows(zv, index), zu[:, :, None])[:, :, 0]
         return s * math.sqrt(self.latent_dim)
 
     def forward(self, views: Sequence[torch.Tensor], index: torch.Tensor) -> dict:
@@ -391,10 +398,10 @@ class SparseAttentionGraph(nn.Module):
         s = self.similarity(z, index) * (1.0 + self.gate_strength * omega)[:, None]
         if self.graph_kind == "entmax15":
             w = entmax15(s, dim=1)
-            agg = _weighted_rows(w, self.neighbour_rows(z, index))
+            agg = _weighted_rows(w, self._neighbour_rows(z, index))
         elif self.graph_kind == "softmax":
             w = torch.softmax(s, dim=1)
-            agg = _weighted_rows(w, self.neighbour_rows(z, index))
+            agg = _weighted_rows(w, self._neighbour_rows(z, index))
         else:
             w = torch.zeros_like(s)
             agg = z

@@ -362,14 +362,25 @@ def test_neighbour_rows_gather_and_its_sparse_backward():
     views = standardize_views(small_views(n=9))
     model = model_for(views)
     _, cand = candidate_neighbours(views, 4)
-    torch.testing.assert_close(model.neighbour_rows(z, cand), z[cand])
+    torch.testing.assert_close(model._neighbour_rows(z, cand), z[cand])
     kept = model._selection[3]
-    model.neighbour_rows(z, cand)
+    model._neighbour_rows(z, cand)
     assert model._selection[3] is kept
     cand2 = cand.flip(1)
-    torch.testing.assert_close(model.neighbour_rows(z, cand2), z[cand2])
+    torch.testing.assert_close(model._neighbour_rows(z, cand2), z[cand2])
     cand2[0, 0] = (cand2[0, 0] + 1) % 9  # changed in place: the matrix is rebuilt
-    torch.testing.assert_close(model.neighbour_rows(z, cand2), z[cand2])
+    torch.testing.assert_close(model._neighbour_rows(z, cand2), z[cand2])
+    # a model with its cache can be copied and pickled (the cache is left behind)
+    import copy
+    import io
+
+    twin = copy.deepcopy(model)
+    assert twin._selection is None and model._selection is not None
+    torch.testing.assert_close(twin._neighbour_rows(z, cand), z[cand])
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    assert torch.load(buf, weights_only=False)._selection is None
 
 
 def test_weighted_rows_matches_einsum_and_passes_gradcheck():
