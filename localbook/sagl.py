@@ -580,6 +580,8 @@ def _normalized_affinity(a: torch.Tensor, dense: bool):
         inv = torch.where(deg > 0, deg.clamp(min=1e-300).rsqrt(), torch.zeros_like(deg))
         return inv[:, None] * w * inv[None, :]
     n = a.shape[0]
+    if a.dtype not in (torch.float32, torch.float64):  # NumPy and SciPy lack these
+        a = a.double()
     nz = a.nonzero()
     r, c = nz[:, 0].cpu().numpy(), nz[:, 1].cpu().numpy()
     v = a[nz[:, 0], nz[:, 1]].abs().cpu().numpy()

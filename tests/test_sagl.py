@@ -414,6 +414,15 @@ def test_normalized_affinity_sparse_equals_dense(dtype):
     assert not dense[7].any()
 
 
+def test_spectral_readout_takes_half_precision_graphs():
+    y = torch.arange(3).repeat_interleave(110)
+    a = (y[:, None] == y[None, :]).double()
+    a.fill_diagonal_(0)
+    for dtype in (torch.bfloat16, torch.float16):  # the sparse path (n > 300)
+        labels = spectral_readout((a / 109).to(dtype), 3, seed=0)
+        assert clustering_accuracy(y, labels) == 1.0
+
+
 def test_gradients_reach_every_parameter():
     views = standardize_views(small_views())
     model, idx, out = forward(views)
