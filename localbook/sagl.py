@@ -1,45 +1,43 @@
-r"""Sparse attention graph learning (SAGL): a graph whose rows are sparse local means.
+r"""Sparse attention graph learning (SAGL): one graph of sparse local means per view, fused.
 
-Data: ``V`` views ``X⁽ᵛ⁾ (n, d_v)`` of the same ``n`` samples, standardized
-(:func:`standardize_views`). The model (:class:`SparseAttentionGraph`)
+Data: ``L`` views ``X⁽ˡ⁾ (n, d_l)`` of the same ``n`` samples, standardized
+(:func:`standardize_views`). The model (:class:`SparseAttentionGraph`) follows the paper's
+components, view by view:
 
-1. encodes each view by a small network and averages, ``z̄ᵢ = (1/V) Σ_v f_v(x⁽ᵛ⁾ᵢ)``, then
-   *batch-standardizes* the codes, ``Z = (Z̄ − mean)/(sd·√C)`` per coordinate (``(n, C)``, mean
-   squared row norm 1): the codes can neither shrink nor collapse to a constant;
-2. scores each point against ``m`` candidate neighbours ``N(i)`` (its ``m`` nearest points in the
-   concatenated standardized views; ``m = n − 1`` is the all-pairs model) with the **bilinear,
-   asymmetric** score ``sᵢⱼ = (zᵢᵀU)(zⱼᵀV)ᵀ √C`` (``Sᵢⱼ ≠ Sⱼᵢ``; ``U = V = √s₀·I`` at start, so
-   the first scores are ``s₀ × zᵢ·zⱼ``);
-3. sharpens row ``i`` by a **dynamic sparse gate** ``ωᵢ = σ(g(zᵢ)) ∈ [0, 1]`` (a small MLP):
-   ``s̃ᵢⱼ = (1 + κ ωᵢ) sᵢⱼ`` — a larger ``ωᵢ`` is a lower temperature, so fewer, surer
-   neighbours survive (the multiplicative form is the book's reading of "penalizes similarities");
-4. projects every row onto the simplex with **1.5-entmax**: rows sum to one, no self-loops, and
-   low scores get *exact* zeros — a sparse directed graph ``A``;
-5. aggregates with a residual, ``H = Z + A Z W``.
+1. **encoder** ``f_l`` (two layers) and batch standardization, ``Z⁽ˡ⁾ (n, C)`` with zero mean and
+   unit variance per coordinate;
+2. **bilinear, asymmetric scores** ``S⁽ˡ⁾ = β_l (Z⁽ˡ⁾U⁽ˡ⁾)(Z⁽ˡ⁾V⁽ˡ⁾)ᵀ/√C`` (the paper's
+   ``1/√C``; ``U = V = I`` and ``β_l = 1`` at the start; ``β_l``, a learned inverse temperature,
+   is reported);
+3. **dynamic sparse gate** ``ωᵢ⁽ˡ⁾ = σ(gᵢ − mean g) ∈ [0, 1]`` from a small MLP ``g_l``; row
+   ``i``'s scores are multiplied by ``γ^(2ωᵢ − 1)`` (``γ = gate_range``): ``ω = ½`` is neutral,
+   ``ω → 1`` narrows the row (fewer neighbours), ``ω → 0`` widens it;
+4. **1.5-entmax** over every other point (or over ``m`` candidates, for cost): a sparse,
+   directed, row-stochastic graph ``A⁽ˡ⁾`` without self-loops;
+5. **sparse aggregation with a residual**, ``H⁽ˡ⁾ = Z⁽ˡ⁾ + (A⁽ˡ⁾Z⁽ˡ⁾)W⁽ˡ⁾``;
+6. **fusion** across views: the mean graph ``Ā = (1/L) Σ_l A⁽ˡ⁾`` (default), or the
+   concatenated representations ``[H⁽¹⁾, …, H⁽ᴸ⁾]``.
 
-Training (:func:`fit_sagl`) minimizes, with ``objective="codes"``,
+Training (:func:`fit_sagl`) minimizes self-expression of each view through its own graph plus
+the reconstruction of every view from all the representations (linear decoders ``D_v``),
 
 .. math::
-    L = \frac{\|Z - A Z\|_F^2}{\|Z\|_F^2}
-      + \lambda \sum_v \frac{\|X^{(v)} - D_v(H)\|_F^2}{\|X^{(v)}\|_F^2},
+    L = \sum_l \frac{\|X^{(l)} - A^{(l)} X^{(l)}\|_F^2}{\|X^{(l)}\|_F^2}
+      + \lambda \sum_v \frac{\|X^{(v)} - D_v([H^{(1)}, \dots, H^{(L)}])\|_F^2}
+      {\|X^{(v)}\|_F^2},
 
-self-expression of the learned codes through the graph, guarded against collapse by the batch
-standardization and by the reconstruction of every view from ``H`` (linear decoders ``D_v``).
-``objective="inputs"`` (the default, which did better in the book's chapter 7) is
-self-expression of the standardized inputs,
-``Σ_v ‖X⁽ᵛ⁾ − A X⁽ᵛ⁾‖²/‖X⁽ᵛ⁾‖² + λ·(reconstruction)``. Training stops by a rule, not a step
-count: when the loss fell by less than ``tol`` (relative) over the last ``window`` steps.
+full-batch Adam until the loss plateaus (a stated rule, not a step count). Ablations:
+``graph="identity"`` (no aggregation), ``graph="softmax"`` (dense attention), ``gate=False``
+(``ω ≡ ½``), ``shared=True`` (one graph on the views' averaged codes).
 
-Baselines with the same read-out: :func:`knn_graph`, :func:`entmax_distance_graph` (untrained
-1.5-entmax over squared distances) and :func:`lsr_graph` (least-squares-regression
-self-expression, Lu et al. 2012, closed form). The read-out (:func:`spectral_readout`) is
-normalized spectral clustering of ``W = (|A| + |A|ᵀ)/2``. Graphs are returned as dense ``(n, n)``
-tensors (sparse in their values): the module is meant for ``n`` up to a few thousand points.
-The data of the chapter live in :mod:`localbook.datasets` (and at the top level):
-:func:`~localbook.datasets.make_multiview_subspaces` draws a union of subspaces seen through
-several random nonlinear maps; :func:`~localbook.datasets.make_digits_views` and
-:func:`~localbook.datasets.make_fashion_views` build real multi-view sets offline (scikit-learn
-digits; Fashion-MNIST from a local copy). They are still importable from this module.
+Baselines with the same read-out: :func:`knn_graph` (concatenated views),
+:func:`fused_knn_graph` (one per view, averaged), :func:`entmax_distance_graph` (untrained
+1.5-entmax over squared distances), :func:`attention_graph` (untrained dense attention) and
+:func:`lsr_graph` (least-squares self-expression, Lu et al. 2012). :func:`self_expression_graph`
+is the self-expression term's exact optimum without a network (a diagnostic). The read-out
+(:func:`spectral_readout`) is normalized spectral clustering of ``W = (|A| + |A|ᵀ)/2``; graphs
+are dense ``(n, n)`` tensors (sparse in their values), for ``n`` up to a few thousand points.
+The chapter's data live in :mod:`localbook.datasets`.
 """
 
 from __future__ import annotations
@@ -76,6 +74,11 @@ __all__ = [
     "spectral_readout",
     "sagl_cluster",
     "knn_graph",
+    "fused_knn_graph",
+    "attention_graph",
+    "effective_neighbours",
+    "self_expression_graph",
+    "view_candidates",
     "entmax_distance_graph",
     "lsr_graph",
     "lsr_coefficients",
@@ -233,6 +236,27 @@ def knn_graph(views, k: int = 10) -> torch.Tensor:
     )
 
 
+def fused_knn_graph(views, k: int = 10) -> torch.Tensor:
+    """The mean over views of each view's own ``k``-NN graph (:func:`knn_graph` of one
+    standardized view): row ``i`` puts ``1/(kL)`` on each of its ``k`` nearest points in
+    each of the ``L`` views. Returns a dense ``(n, n)`` graph."""
+    return torch.stack([knn_graph([x], k) for x in _check_views(views)]).mean(0)
+
+
+def attention_graph(views, temperature: float = 1.0) -> torch.Tensor:
+    r"""Untrained dense attention, one graph per view and averaged:
+    ``A⁽ˡ⁾ = softmax(X⁽ˡ⁾X⁽ˡ⁾ᵀ/(τ√d_l))`` over every other point (no self-loops), on the
+    standardized views (mean squared row norm 1, so the scores are multiplied by ``√d_l``
+    back to the unit-variance scale of scaled dot-product attention). Returns ``(n, n)``."""
+    temperature = check_positive_float(temperature, "temperature")
+    out = []
+    for x in standardize_views(views):
+        d = x.shape[1]
+        s = (x @ x.T) * (d / math.sqrt(d) / temperature)
+        out.append(s.fill_diagonal_(-math.inf).softmax(1))
+    return torch.stack(out).mean(0)
+
+
 def entmax_distance_graph(views, k: int = 10, m: int = 30) -> torch.Tensor:
     r"""Untrained 1.5-entmax over squared distances: ``Aᵢ = entmax₁.₅(−|xᵢ − xⱼ|²/h²ᵢ)``.
 
@@ -271,85 +295,162 @@ def lsr_graph(views, lam: float = 0.1) -> torch.Tensor:
     return lsr_coefficients(x, lam).abs().to(x.dtype)
 
 
+def self_expression_graph(views, m: int = 60, n_iter: int = 300) -> torch.Tensor:
+    r"""The exact optimum of SAGL's self-expression term, without a network: per view and
+    row, ``min_{aᵢ ∈ Δ} ‖xᵢ − Σⱼ aᵢⱼ xⱼ‖²`` over the ``m`` nearest other points of the view
+    (a convex quadratic program, solved by ``n_iter`` projected-gradient steps with step
+    ``1/λ_max`` of the row's Gram matrix and :func:`~localbook.entmax.sparsemax` as the
+    Euclidean projection onto the simplex), then the mean over views. ``(n, n)``."""
+    from .entmax import sparsemax
+
+    xs = standardize_views(views)
+    n_iter = check_positive_int(n_iter, "n_iter")
+    graphs = []
+    for x in xs:
+        x = x.double()
+        m_v = check_positive_int(m, "m", maximum=x.shape[0] - 1)
+        idx = candidate_neighbours([x], m_v)[1]
+        nb = x[idx]  # (n, m, d)
+        gram = nb @ nb.transpose(1, 2)
+        b = (nb @ x[:, :, None])[:, :, 0]
+        step = 1 / torch.linalg.eigvalsh(gram)[:, -1:].clamp(min=1e-12)
+        a = torch.full(idx.shape, 1.0 / m_v, dtype=x.dtype)
+        for _ in range(n_iter):  # iterations of a solver, not a loop over points
+            a = sparsemax(a - step * ((gram @ a[:, :, None])[:, :, 0] - b), dim=1)
+        graphs.append(_scatter_rows(a, idx))
+    return torch.stack(graphs).mean(0).to(xs[0].dtype)
+
+
 # --- model --------------------------------------------------------------------------------
 class SparseAttentionGraph(nn.Module):
-    r"""SAGL: encoders → standardized codes → bilinear asymmetric scores on candidates → gate →
-    1.5-entmax rows → residual aggregation.
+    r"""SAGL with one graph per view: encoder → standardized codes ``Z⁽ˡ⁾`` → bilinear scores
+    ``S⁽ˡ⁾ = β_l (Z⁽ˡ⁾U⁽ˡ⁾)(Z⁽ˡ⁾V⁽ˡ⁾)ᵀ/√C`` on candidates → gate ``ω⁽ˡ⁾`` → 1.5-entmax rows
+    ``A⁽ˡ⁾`` → residual aggregation ``H⁽ˡ⁾ = Z⁽ˡ⁾ + (A⁽ˡ⁾Z⁽ˡ⁾)W⁽ˡ⁾``.
 
-    ``view_dims``: feature count ``d_v`` of each view. ``latent_dim`` ``C``: code size.
-    ``graph``: ``"entmax15"`` (SAGL), ``"softmax"`` (dense attention ablation: every candidate
-    keeps a positive weight) or ``"identity"`` (``A = I``: no graph). ``gate``: use the dynamic
-    sparse gate (``False``: ``ω ≡ 0``). ``gate_strength`` ``κ``. ``init_scale`` ``s₀``.
+    ``view_dims``: feature count ``d_l`` of each view. ``latent_dim`` ``C``. ``graph``:
+    ``"entmax15"`` (SAGL), ``"softmax"`` (dense attention ablation: every candidate keeps a
+    positive weight) or ``"identity"`` (``A = I``: no aggregation). ``gate``: the dynamic sparse
+    gate (``False``: ``ω ≡ ½``, the gate's neutral value). ``gate_range`` ``γ``: the gate
+    multiplies row ``i``'s scores by ``γ^(2ωᵢ − 1)`` ∈ ``[1/γ, γ]`` (``ω = 0`` widens the row,
+    ``ω = 1`` narrows it, ``ω = ½`` leaves it). ``shared``: one graph on the views' averaged
+    codes instead of one per view (ablation). ``temperature``: the starting ``1/β_l``;
+    ``learn_temperature``: learn ``log β_l``.
 
-    ``forward(views, index)`` takes the list of ``(n, d_v)`` views and the candidate index
-    ``(n, m)`` (:func:`candidate_neighbours`) and returns a dict with ``weights`` ``(n, m)``
-    (row ``i``'s weights on ``index[i]``), ``index``, ``scores`` ``S̃ (n, m)``, ``omega (n,)``,
-    ``codes`` ``Z (n, C)``, ``hidden`` ``H (n, C)`` and ``recon`` (list of ``D_v(H)``).
-    :meth:`dense` turns ``weights`` into the ``(n, n)`` graph.
+    ``forward(views, index)`` takes the list of ``(n, d_l)`` views and a list of candidate
+    indices, one ``(n, m)`` per graph (:func:`candidate_neighbours` of each view; one index for
+    a shared graph), and returns a dict of lists, one entry per graph: ``weights`` ``(n, m)``
+    (row ``i``'s weights on ``index[i]``), ``index``, ``scores`` ``S̃ (n, m)``, ``codes``
+    ``Z (n, C)``, ``hidden`` ``H (n, C)``; ``omega`` ``(G, n)``, ``beta`` ``(G,)``, and
+    ``recon`` (one ``D_l([H⁽¹⁾, …, H⁽ᴳ⁾])`` per view). :meth:`dense` returns the ``(n, n)`` graphs.
     """
 
     def __init__(
         self,
         view_dims: Sequence[int],
-        latent_dim: int = 32,
-        hidden_dim: int = 64,
+        latent_dim: int = 16,
+        hidden_dim: int = 32,
         graph: str = "entmax15",
         gate: bool = True,
-        gate_strength: float = 4.0,
+        gate_range: float = 4.0,
         gate_hidden: int = 16,
-        init_scale: float = 5.0,
+        shared: bool = False,
+        temperature: float = 1.0,
+        learn_temperature: bool = True,
     ):
         super().__init__()
         self.view_dims = check_positive_ints(view_dims, "view_dims")
         C = self.latent_dim = check_positive_int(latent_dim, "latent_dim")
         hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.graph_kind = check_choice(graph, "graph", GRAPHS)
-        if not isinstance(gate, bool):
-            raise TypeError(f"gate must be True or False, got {type(gate).__name__}")
-        self.use_gate = gate
-        self.gate_strength = check_positive_float(
-            gate_strength, "gate_strength", allow_zero=True
-        )
-        init_scale = check_positive_float(init_scale, "init_scale")
+        for name, flag in [("gate", gate), ("shared", shared)]:
+            if not isinstance(flag, bool):
+                raise TypeError(
+                    f"{name} must be True or False, got {type(flag).__name__}"
+                )
+        if not isinstance(learn_temperature, bool):
+            raise TypeError(
+                "learn_temperature must be True or False, got "
+                f"{type(learn_temperature).__name__}"
+            )
+        self.use_gate, self.shared = gate, shared
+        self.gate_range = check_positive_float(gate_range, "gate_range")
+        if self.gate_range < 1:
+            raise ValueError(f"gate_range must be >= 1, got {gate_range}")
+        temperature = check_positive_float(temperature, "temperature")
+        G = self.n_graphs = 1 if shared else len(self.view_dims)
         self.encoders = nn.ModuleList(
             nn.Sequential(nn.Linear(d, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, C))
             for d in self.view_dims
         )
-        root = math.sqrt(init_scale)
-        self.U = nn.Parameter(root * torch.eye(C))
-        self.V = nn.Parameter(root * torch.eye(C))
-        self.gate = (
-            nn.Sequential(
-                nn.Linear(C, gate_hidden), nn.GELU(), nn.Linear(gate_hidden, 1)
+        # U = V = I at the start: the first scores are the scaled dot products z·z'/√C
+        self.U = nn.Parameter(torch.eye(C).repeat(G, 1, 1))
+        self.V = nn.Parameter(torch.eye(C).repeat(G, 1, 1))
+        log_beta = torch.full((G,), -math.log(temperature))
+        if learn_temperature:
+            self.log_beta = nn.Parameter(log_beta)
+        else:
+            self.register_buffer("log_beta", log_beta)
+        self.gates = (
+            nn.ModuleList(
+                nn.Sequential(
+                    nn.Linear(C, gate_hidden), nn.GELU(), nn.Linear(gate_hidden, 1)
+                )
+                for _ in range(G)
             )
             if gate
             else None
         )
-        self.W = nn.Linear(C, C, bias=False)
-        self.decoders = nn.ModuleList(nn.Linear(C, d) for d in self.view_dims)
-        self._selection = None  # (index, its version, flat index, selection matrix)
+        self.W = nn.ModuleList(nn.Linear(C, C, bias=False) for _ in range(G))
+        self.decoders = nn.ModuleList(nn.Linear(G * C, d) for d in self.view_dims)
+        for (
+            dec
+        ) in self.decoders:  # start at the views' mean: a reconstruction loss of 1
+            nn.init.zeros_(dec.weight)
+            nn.init.zeros_(dec.bias)
+        self._selection = {}  # graph -> (index, its version, flat index, selection matrix)
 
-    def codes(self, views: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Batch-standardized mean code ``Z (n, C)``: zero mean, ``sd = 1/√C`` per coordinate."""
-        zbar = torch.stack([enc(x) for enc, x in zip(self.encoders, views)]).mean(0)
-        zc = zbar - zbar.mean(0)
-        sd = zc.pow(2).mean(0).add(1e-8).sqrt()
-        return zc / (sd * math.sqrt(self.latent_dim))
+    def codes(self, views: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """One batch-standardized code ``Z (n, C)`` per graph: zero mean and unit variance per
+        coordinate (so ``|zᵢ|² ≈ C``, the scale the ``1/√C`` of the scores assumes); the
+        shared graph standardizes the views' averaged encoder outputs."""
+        raw = [enc(x) for enc, x in zip(self.encoders, views)]
+        if self.shared:
+            raw = [torch.stack(raw).mean(0)]
+        out = []
+        for z in raw:
+            zc = z - z.mean(0)
+            out.append(zc / zc.pow(2).mean(0).add(1e-8).sqrt())
+        return out
+
+    def gate_values(self, codes: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``ω (G, n)``: ``ωᵢ = σ(gᵢ − mean_j gⱼ)`` with ``g`` the gate MLP of the graph's codes.
+        Centring the logits over the batch keeps the global scale in ``β`` and leaves the gate
+        the per-point part: the median point starts and stays near ``ω = ½``. ``ω ≡ ½``
+        without a gate."""
+        if self.gates is None:
+            return codes[0].new_full((len(codes), codes[0].shape[0]), 0.5)
+        out = []
+        for gate, z in zip(self.gates, codes):
+            logit = gate(z).squeeze(1)
+            out.append(torch.sigmoid(logit - logit.mean()))
+        return torch.stack(out)
 
     def __getstate__(self):
         # copies and pickles leave the gather cache behind (a sparse CSR matrix cannot be
         # deep-copied; it is rebuilt on the next forward)
         state = dict(super().__getstate__())
-        state["_selection"] = None
+        state["_selection"] = {}
         return state
 
-    def _neighbour_rows(self, t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def _neighbour_rows(
+        self, t: torch.Tensor, index: torch.Tensor, key: int = 0
+    ) -> torch.Tensor:
         """``t[index]`` ``(n, m, C)`` for rows ``t (n, C)`` (a gather whose backward is one
-        sparse product, ``_GatherRows``; the selection matrix is kept for the index)."""
+        sparse product, ``_GatherRows``; the selection matrix is kept per graph ``key``)."""
         n, m = index.shape
         if t.dtype not in (torch.float32, torch.float64):  # sparse products: these two
             return t[index]
-        cached = self._selection
+        cached = self._selection.get(key)
         if not (
             cached
             and cached[0] is index
@@ -365,99 +466,187 @@ class SparseAttentionGraph(nn.Module):
                 flat,
                 _selection_t(flat, t.shape[0], t.dtype),
             )
-            self._selection = cached
+            self._selection[key] = cached
         return _GatherRows.apply(t, cached[2], cached[3]).view(n, m, t.shape[1])
 
-    def similarity(self, z: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Bilinear scores ``sᵢⱼ = (zᵢᵀU)(zⱼᵀV)ᵀ√C`` for ``j = index[i, ·]``, ``(n, m)``."""
-        zu, zv = z @ self.U, z @ self.V
+    def similarity(
+        self, z: torch.Tensor, index: torch.Tensor, g: int = 0
+    ) -> torch.Tensor:
+        """Scores ``sᵢⱼ = β (zᵢᵀU)(zⱼᵀV)ᵀ/√C`` of graph ``g`` for ``j = index[i, ·]``,
+        ``(n, m)``."""
+        zu, zv = z @ self.U[g], z @ self.V[g]
         # bmm, not einsum (see _weighted_rows)
-        s = torch.bmm(self._neighbour_rows(zv, index), zu[:, :, None])[:, :, 0]
-        return s * math.sqrt(self.latent_dim)
+        s = torch.bmm(self._neighbour_rows(zv, index, g), zu[:, :, None])[:, :, 0]
+        return s * (self.log_beta[g].exp() / math.sqrt(self.latent_dim))
 
-    def forward(self, views: Sequence[torch.Tensor], index: torch.Tensor) -> dict:
+    def _indices(self, index, n: int, device) -> List[torch.Tensor]:
+        if isinstance(index, torch.Tensor):
+            index = [index]
+        if not isinstance(index, (list, tuple)) or len(index) != self.n_graphs:
+            raise ValueError(
+                f"index must be a list of {self.n_graphs} candidate indices (one per "
+                f"graph), got {type(index).__name__}"
+                + (
+                    f" of length {len(index)}"
+                    if isinstance(index, (list, tuple))
+                    else ""
+                )
+            )
+        out = []
+        for g, idx in enumerate(index):
+            idx = torch.as_tensor(idx, device=device)
+            if idx.dtype != torch.int64:
+                idx = idx.long()
+            if idx.ndim != 2 or idx.shape[0] != n:
+                raise ValueError(
+                    f"index[{g}] must have shape (n, m) with n = {n}, got {tuple(idx.shape)}"
+                )
+            if bool((idx == torch.arange(n, device=device)[:, None]).any()):
+                raise ValueError(
+                    f"index[{g}] must not list a point as its own candidate"
+                )
+            out.append(idx)
+        return out
+
+    def forward(
+        self,
+        views: Sequence[torch.Tensor],
+        index,
+        *,
+        omega: Optional[float] = None,
+        beta_scale: float = 1.0,
+    ) -> dict:
+        """One pass (see the class docstring). ``omega``: hold every gate at this value in
+        ``[0, 1]`` instead of the MLP's output; ``beta_scale``: multiply the inverse
+        temperatures ``β`` (both are interventions for diagnostics, not for training)."""
         views = _check_views(views, like=next(self.parameters()))
+        beta_scale = check_positive_float(beta_scale, "beta_scale")
+        if omega is not None:
+            omega = check_positive_float(omega, "omega", allow_zero=True)
+            if omega > 1:
+                raise ValueError(f"omega must lie in [0, 1], got {omega}")
         if [x.shape[1] for x in views] != self.view_dims:
             raise ValueError(
                 f"views have {[x.shape[1] for x in views]} features but the model "
                 f"expects {self.view_dims}"
             )
         n = views[0].shape[0]
-        index = torch.as_tensor(index, device=views[0].device).long()
-        if index.ndim != 2 or index.shape[0] != n:
-            raise ValueError(
-                f"index must have shape (n, m) with n = {n}, got {tuple(index.shape)}"
-            )
-        if bool((index == torch.arange(n, device=index.device)[:, None]).any()):
-            raise ValueError("index must not list a point as its own candidate")
-        z = self.codes(views)
-        if self.use_gate:
-            omega = torch.sigmoid(self.gate(z * math.sqrt(self.latent_dim))).squeeze(1)
+        indices = self._indices(index, n, views[0].device)
+        codes = self.codes(views)
+        if omega is None:
+            omega = self.gate_values(codes)
         else:
-            omega = z.new_zeros(n)
-        s = self.similarity(z, index) * (1.0 + self.gate_strength * omega)[:, None]
-        if self.graph_kind == "entmax15":
-            w = entmax15(s, dim=1)
-            agg = _weighted_rows(w, self._neighbour_rows(z, index))
-        elif self.graph_kind == "softmax":
-            w = torch.softmax(s, dim=1)
-            agg = _weighted_rows(w, self._neighbour_rows(z, index))
-        else:
-            w = torch.zeros_like(s)
-            agg = z
-        hidden = z + self.W(agg)
-        recon = [dec(hidden) for dec in self.decoders]
+            omega = codes[0].new_full((len(codes), n), omega)
+        weights, scores, hidden, aggs, full = [], [], [], [], []
+        project = entmax15 if self.graph_kind == "entmax15" else torch.softmax
+        for g, (z, idx) in enumerate(zip(codes, indices)):
+            # the gate as a per-row temperature: γ^(2ω − 1) ∈ [1/γ, γ], 1 at ω = ½
+            sharpen = torch.exp((2 * omega[g] - 1) * math.log(self.gate_range))
+            if idx.shape[1] == n - 1:
+                # every other point is a candidate: dense products, no gathers
+                scale = beta_scale * self.log_beta[g].exp() / math.sqrt(self.latent_dim)
+                zu, zv = z @ self.U[g], z @ self.V[g]
+                s = zu @ zv.T
+                s = s * (scale * sharpen[:, None])
+                s = s.masked_fill(
+                    torch.eye(n, dtype=torch.bool, device=s.device), -math.inf
+                )
+                if self.graph_kind == "identity":
+                    a, agg = torch.zeros_like(s), z
+                else:
+                    a = project(s, dim=1)
+                    agg = a @ z
+                w = a.gather(1, idx)
+                s = s.gather(1, idx)
+            else:
+                a = None
+                s = self.similarity(z, idx, g) * (beta_scale * sharpen)[:, None]
+                if self.graph_kind == "identity":
+                    w, agg = torch.zeros_like(s), z
+                else:
+                    w = project(s, dim=1)
+                    agg = _weighted_rows(w, self._neighbour_rows(z, idx, g))
+            weights.append(w)
+            full.append(a)
+            scores.append(s)
+            aggs.append(agg)
+            hidden.append(z + self.W[g](agg))
+        h = torch.cat(hidden, 1)
         return {
             "kind": self.graph_kind,
-            "weights": w,
-            "index": index,
-            "scores": s,
+            "shared": self.shared,
+            "weights": weights,
+            "index": indices,
+            "scores": scores,
             "omega": omega,
-            "codes": z,
+            "beta": self.log_beta.exp(),
+            "codes": codes,
             "hidden": hidden,
-            "recon": recon,
-            "aggregate": agg,
+            "aggregate": aggs,
+            "recon": [dec(h) for dec in self.decoders],
+            "full": full,
         }
 
     @staticmethod
-    def dense(out: dict) -> torch.Tensor:
-        """The ``(n, n)`` graph of a forward pass (``I`` for the identity graph)."""
+    def dense(out: dict) -> List[torch.Tensor]:
+        """The ``(n, n)`` graphs of a forward pass, one per graph (``I`` for the identity)."""
+        w0 = out["weights"][0]
         if out["kind"] == "identity":
-            n = out["weights"].shape[0]
-            return torch.eye(
-                n, dtype=out["weights"].dtype, device=out["weights"].device
-            )
-        return _scatter_rows(out["weights"], out["index"])
+            eye = torch.eye(w0.shape[0], dtype=w0.dtype, device=w0.device)
+            return [eye for _ in out["weights"]]
+        return [_scatter_rows(w, idx) for w, idx in zip(out["weights"], out["index"])]
+
+
+def effective_neighbours(graph) -> torch.Tensor:
+    r"""Effective number of neighbours per row, ``(Σⱼ|Aᵢⱼ|)² / Σⱼ Aᵢⱼ²`` ``(n,)``: ``k`` for a
+    row with ``k`` equal weights, less when the weight is concentrated (the inverse
+    participation ratio). Rows without weight give 0."""
+    a = as_tensor(graph, "graph", ndim=(2,)).detach().abs()
+    s1, s2 = a.sum(1), a.pow(2).sum(1)
+    return torch.where(
+        s2 > 0, s1.pow(2) / s2.clamp(min=torch.finfo(a.dtype).tiny), 0 * s1
+    )
 
 
 def sagl_loss(
     out: dict,
     views: Sequence[torch.Tensor],
     reconstruction_weight: float = 1.0,
-    objective: str = "codes",
-    neighbours: Optional[Sequence[torch.Tensor]] = None,
+    objective: str = "inputs",
+    neighbours: Optional[Sequence[Sequence[torch.Tensor]]] = None,
 ):
     r"""The training loss; returns ``(total, self_expression, reconstruction)`` scalars.
 
-    ``objective="codes"``: ``‖Z − AZ‖²_F/‖Z‖²_F``; ``"inputs"``: ``Σ_v ‖X⁽ᵛ⁾ − AX⁽ᵛ⁾‖²/‖X⁽ᵛ⁾‖²``;
-    plus ``λ Σ_v ‖X⁽ᵛ⁾ − D_v(H)‖²/‖X⁽ᵛ⁾‖²``. The identity graph has no self-expression term
-    (``A = I`` explains every point by itself). ``neighbours``: optionally the gathered
-    ``X⁽ᵛ⁾[index]`` (``(n, m, d_v)`` each), which do not change during training.
+    ``objective="inputs"``: every graph expresses the standardized views it is built from,
+    ``Σ_l ‖X⁽ˡ⁾ − A⁽ˡ⁾X⁽ˡ⁾‖²/‖X⁽ˡ⁾‖²`` (a shared graph: ``Σ_v ‖X⁽ᵛ⁾ − AX⁽ᵛ⁾‖²/‖X⁽ᵛ⁾‖²``);
+    ``"codes"``: ``Σ_l ‖Z⁽ˡ⁾ − A⁽ˡ⁾Z⁽ˡ⁾‖²/‖Z⁽ˡ⁾‖²``. Plus ``λ Σ_v ‖X⁽ᵛ⁾ − D_v(H)‖²/‖X⁽ᵛ⁾‖²``,
+    every view decoded from all graphs' aggregated codes ``H = [H⁽¹⁾, …]`` (what couples
+    the views). The identity graph has no self-expression term (``A = I`` explains every
+    point by itself). ``neighbours``: optionally, per graph, the gathered ``X⁽ᵛ⁾[index]``
+    (``(n, m, d_v)`` each) of the views it expresses; they do not change during training.
     """
     objective = check_choice(objective, "objective", OBJECTIVES)
-    w, index = out["weights"], out["index"]
-    se = w.new_zeros(())
+    se = out["weights"][0].new_zeros(())
     if out["kind"] != "identity":
-        if objective == "codes":
-            z = out["codes"]
-            se = (z - out["aggregate"]).pow(2).sum() / z.pow(2).sum()
-        else:
-            if neighbours is None:
-                neighbours = [x[index] for x in views]
-            for x, xn in zip(views, neighbours):
-                ax = _weighted_rows(w, xn)
-                se = se + (x - ax).pow(2).sum() / x.pow(2).sum()
-    rec = w.new_zeros(())
+        for g, (w, index) in enumerate(zip(out["weights"], out["index"])):
+            if objective == "codes":
+                z = out["codes"][g]
+                se = se + (z - out["aggregate"][g]).pow(2).sum() / z.pow(2).sum()
+                continue
+            expressed = views if out["shared"] else [views[g]]
+            a = out["full"][g]
+            if a is not None:  # all pairs: one dense product
+                for x in expressed:
+                    se = se + (x - a @ x).pow(2).sum() / x.pow(2).sum()
+                continue
+            gathered = (
+                neighbours[g]
+                if neighbours is not None
+                else [x[index] for x in expressed]
+            )
+            for x, xn in zip(expressed, gathered):
+                se = se + (x - _weighted_rows(w, xn)).pow(2).sum() / x.pow(2).sum()
+    rec = se.new_zeros(())
     for x, xr in zip(views, out["recon"]):
         rec = rec + (x - xr).pow(2).sum() / x.pow(2).sum()
     return se + reconstruction_weight * rec, se, rec
@@ -469,19 +658,52 @@ class SAGLResult:
     """What :func:`fit_sagl` / :func:`sagl_cluster` return."""
 
     model: SparseAttentionGraph
-    graph: torch.Tensor  #: ``A (n, n)``, detached
-    omega: torch.Tensor  #: gate values ``(n,)``
-    hidden: torch.Tensor  #: aggregated codes ``H (n, C)``
+    graph: (
+        torch.Tensor
+    )  #: the fused graph ``A (n, n)``, the mean of ``graphs``, detached
+    graphs: List[torch.Tensor]  #: one ``(n, n)`` graph per view (one if shared)
+    omega: torch.Tensor  #: gate values ``(G, n)`` after training
+    omega_init: torch.Tensor  #: gate values ``(G, n)`` at initialization
+    beta: torch.Tensor  #: inverse temperatures ``(G,)`` after training
+    hidden: torch.Tensor  #: aggregated codes ``[H⁽¹⁾, …] (n, G·C)``
     losses: List[float] = field(default_factory=list)  #: training loss per step
     history: list = field(default_factory=list)  #: what ``callback`` returned, per call
-    labels: Optional[torch.Tensor] = (
-        None  #: cluster labels ``(n,)`` (``sagl_cluster`` only)
-    )
+    labels: Optional[torch.Tensor] = None  #: cluster labels ``(n,)`` (``sagl_cluster``)
+    views: List[torch.Tensor] = field(default_factory=list)  #: the standardized views
+    index: List[torch.Tensor] = field(
+        default_factory=list
+    )  #: candidates, one per graph
+
+    def regraph(self, *, omega: Optional[float] = None, beta_scale: float = 1.0):
+        """The fused graph ``(n, n)`` of the trained model under an intervention: every gate
+        held at ``omega``, and/or the inverse temperatures multiplied by ``beta_scale``."""
+        with torch.no_grad():
+            out = self.model(self.views, self.index, omega=omega, beta_scale=beta_scale)
+            return torch.stack(self.model.dense(out)).mean(0)
 
     @property
     def n_steps(self) -> int:
         """Number of optimisation steps taken before the stopping rule fired."""
         return len(self.losses)
+
+    @property
+    def neighbours(self) -> torch.Tensor:
+        """Effective neighbours per row of the fused graph (:func:`effective_neighbours`)."""
+        return effective_neighbours(self.graph)
+
+
+def view_candidates(xs: Sequence[torch.Tensor], m: int, shared: bool = False):
+    """Candidate indices, one ``(n, m)`` per graph: each view's ``m`` nearest other points in
+    that view (``shared``: one index, in the concatenated views). ``m = n − 1`` is every
+    other point, the all-pairs graph."""
+    n = xs[0].shape[0]
+    if m >= n - 1:  # every other point, in ascending order
+        others = torch.arange(n - 1, device=xs[0].device).repeat(n, 1)
+        others += (others >= torch.arange(n, device=xs[0].device)[:, None]).long()
+        return [others] * (1 if shared else len(xs))
+    if shared:
+        return [candidate_neighbours(xs, m)[1]]
+    return [candidate_neighbours([x], m)[1] for x in xs]
 
 
 def fit_sagl(
@@ -489,14 +711,15 @@ def fit_sagl(
     *,
     graph: str = "entmax15",
     gate: bool = True,
+    shared: bool = False,
     objective: str = "inputs",
-    n_candidates: int = 20,
+    n_candidates: Optional[int] = None,
     latent_dim: int = 16,
     hidden_dim: int = 32,
-    max_steps: int = 200,
-    window: int = 10,
-    tol: float = 0.02,
-    lr: float = 3e-2,
+    max_steps: int = 400,
+    window: int = 20,
+    tol: float = 0.002,
+    lr: float = 1e-2,
     reconstruction_weight: float = 1.0,
     seed: int = 0,
     callback: Optional[Callable] = None,
@@ -505,15 +728,16 @@ def fit_sagl(
 ) -> SAGLResult:
     """Train a :class:`SparseAttentionGraph` on ``views`` (list of ``(n, d_v)``), full-batch Adam.
 
-    Views are standardized, candidates are the ``n_candidates`` nearest points
-    (:func:`candidate_neighbours`), weights are drawn with ``torch.manual_seed(seed)`` inside
-    ``torch.random.fork_rng`` (the caller's RNG state is left untouched). **Stopping rule**: stop
-    at step ``t ≥ window`` once ``L_{t−window} − L_t < tol·|L_{t−window}|`` (the loss fell by less
-    than ``tol`` over the last ``window`` steps), or at ``max_steps``. The identity graph is
-    not trained (no graph to learn). ``callback(step, model_output)`` is called every
+    Views are standardized; each graph's candidates are the ``n_candidates`` nearest points in
+    its own view (:func:`view_candidates`; ``None``: every other point). Weights are drawn
+    with ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng`` (the caller's RNG state
+    is left untouched). **Stopping rule** (a loss plateau): stop at step ``t ≥ window`` once
+    ``L_{t−window} − L_t < tol·|L_{t−window}|``, or at ``max_steps``. The identity graph
+    trains its encoders and decoders on the reconstruction term alone. ``callback(step, model_output)`` is called every
     ``callback_every`` steps and at the end; its results are kept in ``history``.
     """
     xs = standardize_views(views)
+    n = xs[0].shape[0]
     objective = check_choice(objective, "objective", OBJECTIVES)
     max_steps = check_positive_int(max_steps, "max_steps")
     window = check_positive_int(window, "window")
@@ -523,7 +747,11 @@ def fit_sagl(
     lam = check_positive_float(
         reconstruction_weight, "reconstruction_weight", allow_zero=True
     )
-    _, index = candidate_neighbours(xs, min(n_candidates, xs[0].shape[0] - 1))
+    m = (
+        n - 1
+        if n_candidates is None
+        else check_positive_int(n_candidates, "n_candidates")
+    )
     with torch.random.fork_rng(devices=[]):  # weights are drawn on the CPU
         torch.manual_seed(int(seed))
         model = SparseAttentionGraph(
@@ -532,37 +760,52 @@ def fit_sagl(
             hidden_dim=hidden_dim,
             graph=graph,
             gate=gate,
+            shared=shared,
             **model_kwargs,
         )
     model = model.to(device=xs[0].device, dtype=xs[0].dtype)
+    index = view_candidates(xs, min(m, n - 1), shared=model.shared)
     losses, history = [], []
-    gathered = [x[index] for x in xs] if objective == "inputs" else None
-    if model.graph_kind != "identity":
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
-        for step in range(max_steps):  # optimisation steps, not data points
-            out = model(xs, index)
-            if callback is not None and step % callback_every == 0:
-                history.append(callback(step, out))
-            total, _, _ = sagl_loss(out, xs, lam, objective, gathered)
-            opt.zero_grad()
-            total.backward()
-            opt.step()
-            losses.append(float(total.detach()))
-            if step >= window and losses[-1 - window] - losses[-1] < tol * abs(
-                losses[-1 - window]
-            ):
-                break
+    gathered = None
+    if objective == "inputs" and index[0].shape[1] < n - 1:
+        gathered = [
+            [x[idx] for x in (xs if model.shared else [xs[g]])]
+            for g, idx in enumerate(index)
+        ]
+    with torch.no_grad():
+        omega_init = model(xs, index)["omega"].detach()
+    # the identity graph trains too: its encoders and decoders, on reconstruction alone
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for step in range(max_steps):  # optimisation steps, not data points
+        out = model(xs, index)
+        if callback is not None and step % callback_every == 0:
+            history.append(callback(step, out))
+        total, _, _ = sagl_loss(out, xs, lam, objective, gathered)
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+        losses.append(float(total.detach()))
+        if step >= window and losses[-1 - window] - losses[-1] < tol * abs(
+            losses[-1 - window]
+        ):
+            break
     with torch.no_grad():
         out = model(xs, index)
     if callback is not None:
         history.append(callback(len(losses), out))
+    graphs = [a.detach() for a in model.dense(out)]
     return SAGLResult(
         model,
-        model.dense(out).detach(),
+        torch.stack(graphs).mean(0),
+        graphs,
         out["omega"].detach(),
-        out["hidden"].detach(),
+        omega_init,
+        out["beta"].detach(),
+        torch.cat(out["hidden"], 1).detach(),
         losses,
         history,
+        views=xs,
+        index=index,
     )
 
 
@@ -630,14 +873,31 @@ def spectral_readout(graph, n_clusters: int, seed: int = 0) -> torch.Tensor:
     return torch.as_tensor(km.labels_, dtype=torch.int64, device=a.device)
 
 
-def sagl_cluster(views, n_clusters: int, *, seed: int = 0, **fit_kwargs) -> SAGLResult:
-    """Fit SAGL (:func:`fit_sagl`) and cluster by the spectral read-out of ``(A + Aᵀ)/2``.
+FUSIONS = ("graphs", "representations")
 
-    Every variant, the identity graph included, is read out the same way (for ``A = I`` the
-    read-out has nothing to cut: the graph is not connected within any class).
-    Returns the :class:`SAGLResult` with ``labels (n,)``.
+
+def sagl_cluster(
+    views,
+    n_clusters: int,
+    *,
+    seed: int = 0,
+    fusion: str = "graphs",
+    k: int = 10,
+    **fit_kwargs,
+) -> SAGLResult:
+    """Fit SAGL (:func:`fit_sagl`) and cluster by one spectral read-out.
+
+    ``fusion="graphs"``: read out the mean of the per-view graphs (:attr:`SAGLResult.graph`);
+    ``"representations"``: read out the ``k``-NN graph of the concatenated aggregated codes
+    ``[H⁽¹⁾, …]`` (:func:`knn_graph`, the same read-out as the ``k``-NN baseline on the
+    inputs). Returns the :class:`SAGLResult` with ``labels (n,)``.
     """
     n_clusters = check_positive_int(n_clusters, "n_clusters")
+    fusion = check_choice(fusion, "fusion", FUSIONS)
     res = fit_sagl(views, seed=seed, **fit_kwargs)
-    res.labels = spectral_readout(res.graph, n_clusters, seed=seed)
+    if fusion == "graphs":
+        graph = res.graph
+    else:
+        graph = knn_graph([res.hidden], k)
+    res.labels = spectral_readout(graph, n_clusters, seed=seed)
     return res
