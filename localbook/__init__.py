@@ -33,6 +33,7 @@ from .triplets import *  # noqa: F401,F403
 from .fashion_mnist import *  # noqa: F401,F403
 from .metrics import *  # noqa: F401,F403
 from .sagl import *  # noqa: F401,F403
+from . import sagl_study  # noqa: F401,E402  (the study of chapter 9, as code)
 from .local_decisions import *  # noqa: F401,F403
 from .metric import *  # noqa: F401,F403
 # (end of chapter modules)

@@ -185,6 +185,43 @@ def load_fashion_mnist_subset():
         return d["images"].copy(), d["labels"].copy()
 
 
+def load_stored_run(name: str = "sagl") -> dict:
+    """A stored run at full protocol, written by ``reproductions/<name>.py`` into the package
+    data: ``{"runs": DataFrame, "gate": DataFrame, "provenance": dict}`` (pandas). ``runs``:
+    one row per data set, seed and method; ``gate``: the SAGL gate's quantiles per view;
+    ``provenance``: command, commit, date, machine and protocol. A missing or damaged file
+    raises ``RuntimeError`` naming it."""
+    import json
+
+    import pandas as pd
+
+    name = check_choice(name, "name", ["sagl"])
+    paths = {
+        "runs": _DATA / f"{name}_reproduction.csv",
+        "gate": _DATA / f"{name}_gate.csv",
+        "provenance": _DATA / f"{name}_reproduction.json",
+    }
+    out = {}
+    for key, path in paths.items():
+        try:
+            if key == "provenance":
+                out[key] = json.loads(path.read_text())
+            else:
+                out[key] = pd.read_csv(path)
+        except (OSError, ValueError) as err:  # missing, unreadable or not CSV/JSON
+            raise RuntimeError(
+                f"the stored run {path.name} cannot be read ({err}); rerun "
+                f"reproductions/{name}.py"
+            ) from err
+    for key in ("runs", "gate"):
+        if out[key].empty or "seed" not in out[key]:
+            raise RuntimeError(f"the stored run {paths[key].name} has no rows or no seeds")
+    return out
+
+
+__all__ += ["load_stored_run"]
+
+
 # --- data with spurious features (chapter 8) ---------------------------------------------------
 __all__ += ["spurious_gaussian_data", "add_noise_border", "spurious_split"]
 
