@@ -187,8 +187,9 @@ def load_fashion_mnist_subset():
 
 def load_stored_run(name: str = "sagl") -> dict:
     """A stored run at full protocol, written by ``reproductions/<name>.py`` into the package
-    data: ``{"runs": DataFrame, "gate": DataFrame, "provenance": dict}`` (pandas). ``runs``:
+    data: ``{"runs", "gate", "curves": DataFrame, "provenance": dict}`` (pandas). ``runs``:
     one row per data set, seed and method; ``gate``: the SAGL gate's quantiles per view;
+    ``curves``: the training loss per step (and scores every 10 steps for seed 0);
     ``provenance``: command, commit, date, machine and protocol. A missing or damaged file
     raises ``RuntimeError`` naming it."""
     import json
@@ -199,6 +200,7 @@ def load_stored_run(name: str = "sagl") -> dict:
     paths = {
         "runs": _DATA / f"{name}_reproduction.csv",
         "gate": _DATA / f"{name}_gate.csv",
+        "curves": _DATA / f"{name}_curves.csv",
         "provenance": _DATA / f"{name}_reproduction.json",
     }
     out = {}
@@ -213,9 +215,11 @@ def load_stored_run(name: str = "sagl") -> dict:
                 f"the stored run {path.name} cannot be read ({err}); rerun "
                 f"reproductions/{name}.py"
             ) from err
-    for key in ("runs", "gate"):
+    for key in ("runs", "gate", "curves"):
         if out[key].empty or "seed" not in out[key]:
-            raise RuntimeError(f"the stored run {paths[key].name} has no rows or no seeds")
+            raise RuntimeError(
+                f"the stored run {paths[key].name} has no rows or no seeds"
+            )
     return out
 
 

@@ -730,8 +730,8 @@ def fit_sagl(
 
     Views are standardized; each graph's candidates are the ``n_candidates`` nearest points in
     its own view (:func:`view_candidates`; ``None``: every other point). Weights are drawn
-    with ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng`` (the caller's RNG state
-    is left untouched). **Stopping rule** (a loss plateau): stop at step ``t ≥ window`` once
+    in float32 with ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng`` (the caller's
+    RNG state and default dtype are left untouched; the model then takes the views' dtype). **Stopping rule** (a loss plateau): stop at step ``t ≥ window`` once
     ``L_{t−window} − L_t < tol·|L_{t−window}|``, or at ``max_steps``. The identity graph
     trains its encoders and decoders on the reconstruction term alone. ``callback(step, model_output)`` is called every
     ``callback_every`` steps and at the end; its results are kept in ``history``.
@@ -752,17 +752,23 @@ def fit_sagl(
         if n_candidates is None
         else check_positive_int(n_candidates, "n_candidates")
     )
+    default_dtype = torch.get_default_dtype()
     with torch.random.fork_rng(devices=[]):  # weights are drawn on the CPU
         torch.manual_seed(int(seed))
-        model = SparseAttentionGraph(
-            [x.shape[1] for x in xs],
-            latent_dim=latent_dim,
-            hidden_dim=hidden_dim,
-            graph=graph,
-            gate=gate,
-            shared=shared,
-            **model_kwargs,
-        )
+        # ... in float32 whatever the default dtype, so that a seed gives one model
+        torch.set_default_dtype(torch.float32)
+        try:
+            model = SparseAttentionGraph(
+                [x.shape[1] for x in xs],
+                latent_dim=latent_dim,
+                hidden_dim=hidden_dim,
+                graph=graph,
+                gate=gate,
+                shared=shared,
+                **model_kwargs,
+            )
+        finally:
+            torch.set_default_dtype(default_dtype)
     model = model.to(device=xs[0].device, dtype=xs[0].dtype)
     index = view_candidates(xs, min(m, n - 1), shared=model.shared)
     losses, history = [], []

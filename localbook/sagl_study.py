@@ -142,8 +142,9 @@ def compare_graphs(
     every ``ω`` held at 0 and at 1) and, with ``ablations``, the identity graph, dense
     softmax, no gate and one shared graph; with ``long_training``, SAGL trained 1,000 steps
     without the stopping rule. ``curve_every``: score the SAGL graph every so many steps.
-    Returns ``(rows, gate_rows, sagl)``: lists of dicts (one row per method) and the
-    :class:`~localbook.sagl.SAGLResult` of SAGL, whose ``history`` holds the curve.
+    Returns ``(rows, gate_rows, curve, sagl)``: lists of dicts (one row per method; the
+    gate's quantiles per view; the training loss per step, and with ``curve_every`` the
+    scores every so many steps) and the :class:`~localbook.sagl.SAGLResult` of SAGL.
     """
     from sklearn.cluster import KMeans
 
@@ -225,8 +226,20 @@ def compare_graphs(
             r = sagl_cluster(views, K, seed=seed, **STUDY_FIT, **kw)
             add(method, r.labels, r.graph, steps=r.n_steps)
     if long_training:
-        r = sagl_cluster(
-            views, K, seed=seed, **{**STUDY_FIT, "max_steps": 1000, "tol": 0.0}
-        )
+        # the stopping rule off: its window as long as the run
+        fit = {**STUDY_FIT, "max_steps": 1000, "window": 1000}
+        r = sagl_cluster(views, K, seed=seed, **fit)
         add("SAGL, 1,000 steps", r.labels, r.graph, steps=r.n_steps)
-    return rows, _gate_rows(res, name, seed), res
+    curve = [
+        {"dataset": name, "seed": seed, "step": t + 1, "loss": loss}
+        for t, loss in enumerate(res.losses)
+    ]
+    for h in res.history if curve_every else []:
+        curve.append(
+            {
+                "dataset": name,
+                "seed": seed,
+                **{k: v for k, v in h.items() if k != "graph"},
+            }
+        )
+    return rows, _gate_rows(res, name, seed), curve, res
