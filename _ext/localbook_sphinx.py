@@ -54,6 +54,7 @@ NAMESPACES = [
     "impute",
     "notebook",
     "compiled",
+    "sagl_study",
 ]
 TOOLS: list = []  # book tooling modules of the package (none: assignments live in _ext/)
 
