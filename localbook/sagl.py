@@ -230,10 +230,10 @@ def _scatter_rows(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def knn_graph(views, k: int = 10) -> torch.Tensor:
     """Row ``i`` puts weight ``1/k`` on its ``k`` nearest points (concatenated standardized
     views). Returns a dense ``(n, n)`` graph."""
+    x = _concat(views)
+    k = check_positive_int(k, "k", maximum=x.shape[0] - 1)
     _, idx = candidate_neighbours(views, k)
-    return _scatter_rows(
-        torch.full(idx.shape, 1.0 / k, dtype=_concat(views).dtype), idx
-    )
+    return _scatter_rows(torch.full(idx.shape, 1.0 / k, dtype=x.dtype), idx)
 
 
 def fused_knn_graph(views, k: int = 10) -> torch.Tensor:
@@ -245,7 +245,7 @@ def fused_knn_graph(views, k: int = 10) -> torch.Tensor:
 
 def attention_graph(views, temperature: float = 1.0) -> torch.Tensor:
     r"""Untrained dense attention, one graph per view and averaged:
-    ``A⁽ˡ⁾ = softmax(X⁽ˡ⁾X⁽ˡ⁾ᵀ/(τ√d_l))`` over every other point (no self-loops), on the
+    ``A⁽ˡ⁾ = softmax(X⁽ˡ⁾X⁽ˡ⁾ᵀ·√d_l/τ)`` over every other point (no self-loops), on the
     standardized views (mean squared row norm 1, so the scores are multiplied by ``√d_l``
     back to the unit-variance scale of scaled dot-product attention). Returns ``(n, n)``."""
     temperature = check_positive_float(temperature, "temperature")
@@ -299,7 +299,7 @@ def self_expression_graph(views, m: int = 60, n_iter: int = 300) -> torch.Tensor
     r"""The exact optimum of SAGL's self-expression term, without a network: per view and
     row, ``min_{aᵢ ∈ Δ} ‖xᵢ − Σⱼ aᵢⱼ xⱼ‖²`` over the ``m`` nearest other points of the view
     (a convex quadratic program, solved by ``n_iter`` projected-gradient steps with step
-    ``1/λ_max`` of the row's Gram matrix and :func:`~localbook.entmax.sparsemax` as the
+    ``1/λ_max`` of the row's Gram matrix and :func:`~localbook.sparsemax` as the
     Euclidean projection onto the simplex), then the mean over views. ``(n, n)``."""
     from .entmax import sparsemax
 
@@ -408,6 +408,7 @@ class SparseAttentionGraph(nn.Module):
             nn.init.zeros_(dec.weight)
             nn.init.zeros_(dec.bias)
         self._selection = {}  # graph -> (index, its version, flat index, selection matrix)
+        self._checked = {}  # graph -> (index, its version) of the last index validated
 
     def codes(self, views: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """One batch-standardized code ``Z (n, C)`` per graph: zero mean and unit variance per
@@ -425,7 +426,7 @@ class SparseAttentionGraph(nn.Module):
     def gate_values(self, codes: Sequence[torch.Tensor]) -> torch.Tensor:
         """``ω (G, n)``: ``ωᵢ = σ(gᵢ − mean_j gⱼ)`` with ``g`` the gate MLP of the graph's codes.
         Centring the logits over the batch keeps the global scale in ``β`` and leaves the gate
-        the per-point part: the median point starts and stays near ``ω = ½``. ``ω ≡ ½``
+        the per-point part: the average logit maps to ``ω = ½``. ``ω ≡ ½``
         without a gate."""
         if self.gates is None:
             return codes[0].new_full((len(codes), codes[0].shape[0]), 0.5)
@@ -440,6 +441,7 @@ class SparseAttentionGraph(nn.Module):
         # deep-copied; it is rebuilt on the next forward)
         state = dict(super().__getstate__())
         state["_selection"] = {}
+        state["_checked"] = {}
         return state
 
     def _neighbour_rows(
@@ -481,6 +483,11 @@ class SparseAttentionGraph(nn.Module):
 
     def _indices(self, index, n: int, device) -> List[torch.Tensor]:
         if isinstance(index, torch.Tensor):
+            if self.n_graphs != 1:
+                raise ValueError(
+                    f"index is one tensor but the model has {self.n_graphs} graphs; pass "
+                    "a list with one (n, m) candidate index per graph (view_candidates)"
+                )
             index = [index]
         if not isinstance(index, (list, tuple)) or len(index) != self.n_graphs:
             raise ValueError(
@@ -501,12 +508,26 @@ class SparseAttentionGraph(nn.Module):
                 raise ValueError(
                     f"index[{g}] must have shape (n, m) with n = {n}, got {tuple(idx.shape)}"
                 )
-            if bool((idx == torch.arange(n, device=device)[:, None]).any()):
-                raise ValueError(
-                    f"index[{g}] must not list a point as its own candidate"
-                )
+            checked = self._checked.get(g)
+            if not (checked and checked[0] is idx and checked[1] == idx._version):
+                self._check_index(idx, n, g)
+                # an index is checked once (training passes the same tensor every step)
+                self._checked[g] = (idx, idx._version)
             out.append(idx)
         return out
+
+    @staticmethod
+    def _check_index(idx: torch.Tensor, n: int, g: int) -> None:
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            raise ValueError(
+                f"index[{g}] must hold point numbers in [0, {n - 1}], got values in "
+                f"[{int(idx.min())}, {int(idx.max())}]"
+            )
+        if bool((idx == torch.arange(n, device=idx.device)[:, None]).any()):
+            raise ValueError(f"index[{g}] must not list a point as its own candidate")
+        ordered = idx.sort(1).values
+        if bool((ordered[:, 1:] == ordered[:, :-1]).any()):
+            raise ValueError(f"index[{g}] lists a candidate twice in one row")
 
     def forward(
         self,

@@ -133,7 +133,7 @@ def compare_graphs(
     long_training: bool = False,
     curve_every: Optional[int] = None,
 ):
-    """Every method of the study on one draw, each read out by :func:`spectral_readout`.
+    """Every method of the study on one draw, each read out by :func:`~localbook.spectral_readout`.
 
     Baselines: k-means on the concatenated views (the floor), the ``k``-NN graph (``k`` = 5,
     10, 20), the fused per-view 10-NN graph, untrained entmax over distances, untrained dense
@@ -144,7 +144,7 @@ def compare_graphs(
     without the stopping rule. ``curve_every``: score the SAGL graph every so many steps.
     Returns ``(rows, gate_rows, curve, sagl)``: lists of dicts (one row per method; the
     gate's quantiles per view; the training loss per step, and with ``curve_every`` the
-    scores every so many steps) and the :class:`~localbook.sagl.SAGLResult` of SAGL.
+    scores every so many steps) and the :class:`~localbook.SAGLResult` of SAGL.
     """
     from sklearn.cluster import KMeans
 

@@ -1192,8 +1192,22 @@ def test_bad_inputs():
     idx = view_candidates(xs, 6)
     with pytest.raises(ValueError, match="index must be a list of 2"):
         model(views, idx[:1])
-    with pytest.raises(ValueError, match="index must be a list of 2"):
+    with pytest.raises(ValueError, match="index is one tensor but the model has 2"):
         model(views, idx[0])  # one tensor for two graphs
+    for bad in (-1, 18):  # point numbers outside [0, n - 1]
+        wrong = idx[0].clone()
+        wrong[3, 2] = bad
+        with pytest.raises(ValueError, match=r"index\[0\] must hold point numbers"):
+            model(views, [wrong, idx[1]])
+    twice = idx[1].clone()
+    twice[4, 1] = twice[4, 0]  # a candidate listed twice in one row
+    with pytest.raises(ValueError, match=r"index\[1\] lists a candidate twice"):
+        model(views, [idx[0], twice])
+    everyone = view_candidates(xs, 17)  # the all-pairs path relies on distinct rows
+    twice = everyone[0].clone()
+    twice[0, 1] = twice[0, 0]
+    with pytest.raises(ValueError, match="twice"):
+        model(views, [twice, everyone[1]])
     with pytest.raises(ValueError, match="index must be a list of 2"):
         model(views, idx + idx[:1])
     with pytest.raises(ValueError, match=r"index\[1\].*own candidate"):
@@ -1252,6 +1266,11 @@ def test_bad_inputs():
         self_expression_graph(views, m=18)
     with pytest.raises(ValueError, match="n_iter"):
         self_expression_graph(views, n_iter=0)
+    for k in (0, 18):
+        with pytest.raises(ValueError, match="k"):
+            knn_graph(views, k)
+        with pytest.raises(ValueError, match="k"):
+            fused_knn_graph(views, k)
     with pytest.raises(ValueError, match="temperature"):
         attention_graph(views, temperature=0.0)
     with pytest.raises(ValueError, match="graph"):
