@@ -7,9 +7,9 @@ most 2 ulp; the Gaussian is evaluated in base 2 from coordinates scaled by
 ``GAUSS_SCALE``). The source ships with the package and is built on first use with the
 system's C compiler (``$CC`` or ``cc``; 3–4 s on a 2-core machine) into a cache directory
 (``$LOCALBOOK_CACHE``, else ``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by
-the source, the compiler and the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``,
-:func:`library` is ``None`` and every caller uses the PyTorch engine, which gives the same
-sums to rounding.
+the source, the compiler and the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``
+(or ``false``, ``no``, ``off``), :func:`library` is ``None`` and every caller uses the PyTorch
+engine, which gives the same sums to rounding.
 
 A whole local mean (Nadaraya–Watson, a KDE, a mean-shift step) is one call of
 :func:`local_means` on data prepared once by :func:`scale_points`: the queries are scaled,
@@ -29,6 +29,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -169,10 +170,32 @@ def load(path) -> ctypes.CDLL:
     return lib
 
 
+_OFF = ("0", "false", "no", "off")
+_ON = ("", "1", "true", "yes", "on")
+
+
+def _disabled_by_environment() -> Optional[str]:
+    """The value of ``LOCALBOOK_COMPILED`` when it turns the compiled engine off (``0``,
+    ``false``, ``no``, ``off``, any case), else ``None``; an unknown value warns and keeps
+    the engine on."""
+    value = os.environ.get("LOCALBOOK_COMPILED", "1")
+    word = value.strip().lower()
+    if word in _OFF:
+        return value
+    if word not in _ON:
+        warnings.warn(
+            f"LOCALBOOK_COMPILED={value!r} is not understood (use 0/false/no/off to turn "
+            "the compiled engine off, 1/true/yes/on to keep it): keeping it on",
+            stacklevel=3,
+        )
+    return None
+
+
 def _build() -> tuple:
     """``(CDLL or None, reason)``: compile (or reuse) the shared object and load it."""
-    if os.environ.get("LOCALBOOK_COMPILED", "1") == "0":
-        return None, "disabled by LOCALBOOK_COMPILED=0"
+    off = _disabled_by_environment()
+    if off is not None:
+        return None, f"disabled by LOCALBOOK_COMPILED={off}"
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None or platform.system() != "Linux":
         return None, "no C compiler found (or not Linux): using the PyTorch engine"

@@ -640,7 +640,7 @@ class _DataSide:
                     log_sum = log_sum.to(x.dtype)
                     mean = mean.to(x.dtype)
                 return (None if values is None else mean), log_sum
-            shift = torch.zeros(m, dtype=x.dtype, device=x.device)
+            shift = torch.zeros(m, dtype=sums.dtype, device=x.device)
             aq = None
         else:
             bb, nb = self.augmented()
@@ -663,9 +663,12 @@ class _DataSide:
                 tile = tile_shape(
                     m, n, x.element_size(), self.budget, x.device, aq.shape[1]
                 )
-                sums[idx], shift[idx] = _tiled_sums(
+                redone, redone_shift = _tiled_sums(
                     aq[idx], bb, values, kern, tile, True, (aq[idx, -2].sqrt(), nb)
                 )
+                # the compiled loop sums in float64, the redo in the data's dtype
+                sums[idx] = redone.to(sums.dtype)
+                shift[idx] = redone_shift.to(shift.dtype)
         s = sums[:, -1]
         log_sum = (shift + torch.log(s)).to(x.dtype)
         mean = None if values is None else (sums[:, :-1] / s[:, None]).to(x.dtype)

@@ -32,9 +32,10 @@ full-batch Adam until the loss plateaus (a stated rule, not a step count). Ablat
 
 Baselines with the same read-out: :func:`knn_graph` (concatenated views),
 :func:`fused_knn_graph` (one per view, averaged), :func:`entmax_distance_graph` (untrained
-1.5-entmax over squared distances), :func:`attention_graph` (untrained dense attention) and
-:func:`lsr_graph` (least-squares self-expression, Lu et al. 2012). :func:`self_expression_graph`
-is the self-expression term's exact optimum without a network (a diagnostic). The read-out
+1.5-entmax over squared distances), :func:`dense_attention_graph` (untrained dense
+attention) and :func:`lsr_graph` (least-squares self-expression, Lu et al. 2012).
+:func:`self_expression_graph` is the self-expression term's exact optimum without a network
+(a diagnostic). The read-out
 (:func:`spectral_readout`) is normalized spectral clustering of ``W = (|A| + |A|ᵀ)/2``; graphs
 are dense ``(n, n)`` tensors (sparse in their values), for ``n`` up to a few thousand points.
 The chapter's data live in :mod:`localbook.datasets`.
@@ -75,7 +76,7 @@ __all__ = [
     "sagl_cluster",
     "knn_graph",
     "fused_knn_graph",
-    "attention_graph",
+    "dense_attention_graph",
     "effective_neighbours",
     "self_expression_graph",
     "view_candidates",
@@ -243,7 +244,7 @@ def fused_knn_graph(views, k: int = 10) -> torch.Tensor:
     return torch.stack([knn_graph([x], k) for x in _check_views(views)]).mean(0)
 
 
-def attention_graph(views, temperature: float = 1.0) -> torch.Tensor:
+def dense_attention_graph(views, temperature: float = 1.0) -> torch.Tensor:
     r"""Untrained dense attention, one graph per view and averaged:
     ``A⁽ˡ⁾ = softmax(X⁽ˡ⁾X⁽ˡ⁾ᵀ·√d_l/τ)`` over every other point (no self-loops), on the
     standardized views (mean squared row norm 1, so the scores are multiplied by ``√d_l``

@@ -16,7 +16,7 @@ from .datasets import make_digits_views, make_fashion_views, make_multiview_subs
 from .metrics import ari, clustering_accuracy, nmi, subspace_preserving_rate
 from .sagl import (
     SparseAttentionGraph,
-    attention_graph,
+    dense_attention_graph,
     candidate_neighbours,
     effective_neighbours,
     entmax_distance_graph,
@@ -171,7 +171,7 @@ def compare_graphs(
     graphs = {f"k-NN graph (k = {k})": knn_graph(views, k) for k in (5, 10, 20)}
     graphs["k-NN per view, fused (k = 10)"] = fused_knn_graph(views, 10)
     graphs["untrained entmax (distances)"] = entmax_distance_graph(views, 10, 30)
-    graphs["untrained dense attention"] = attention_graph(views)
+    graphs["untrained dense attention"] = dense_attention_graph(views)
     graphs["LSR"] = lsr_graph(views, 0.1)
     graphs["self-expression optimum"] = self_expression_graph(views, 60)
     for method, a in graphs.items():

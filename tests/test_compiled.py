@@ -386,3 +386,22 @@ def test_midrange_equals_the_pytorch_reductions(dtype):
     assert torch.isfinite(kernels.data_center(big)).all()  # no overflow
     with pytest.raises(ValueError, match="at most 16 columns"):
         compiled.midrange(torch.zeros(3, 17, dtype=dtype))
+
+
+@pytest.mark.parametrize("value", ["0", "false", "FALSE", "no", "Off", " off "])
+def test_environment_switch_accepts_the_usual_spellings_of_off(value, monkeypatch):
+    monkeypatch.setenv("LOCALBOOK_COMPILED", value)
+    lib, reason = compiled._build()
+    assert lib is None and "disabled by LOCALBOOK_COMPILED" in reason
+
+
+@pytest.mark.parametrize("value", ["1", "true", "Yes", "on", ""])
+def test_environment_switch_on_spellings_do_not_disable(value, monkeypatch):
+    monkeypatch.setenv("LOCALBOOK_COMPILED", value)
+    assert compiled._disabled_by_environment() is None
+
+
+def test_environment_switch_unknown_value_warns_and_stays_on(monkeypatch):
+    monkeypatch.setenv("LOCALBOOK_COMPILED", "maybe")
+    with pytest.warns(UserWarning, match="not understood"):
+        assert compiled._disabled_by_environment() is None

@@ -374,3 +374,33 @@ def test_tile_shape_rules():
         3,
         1000,
     )  # an explicit budget: rows
+
+
+@pytest.mark.parametrize("engine", ["compiled", "torch"])
+def test_float32_queries_far_from_the_data_match_float64(engine, monkeypatch):
+    """A float32 query ~600 bandwidths from every point takes the far-query redo path: the
+    compiled loop sums in float64 and the redo in float32 (this raised 'Index put requires
+    the source and destination dtypes match'); every engine must equal float64 to the
+    conditioning of such a query."""
+    import localbook as lb
+    import localbook.compiled as compiled
+
+    if engine == "torch":  # as without a C compiler
+        monkeypatch.setattr(compiled, "library", lambda: None)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(200, 2, generator=g), torch.rand(200, generator=g)
+    q = torch.tensor([[0.5, 0.5], [60.0, 60.0], [-40.0, 3.0]])
+    nw32 = lb.nadaraya_watson(q, x, y, 0.1)
+    nw64 = lb.nadaraya_watson(q.double(), x.double(), y.double(), 0.1)
+    assert nw32.dtype == torch.float32
+    # 600 bandwidths out, float32 resolves squared distances (~7e7 in bandwidth units) to
+    # ~4 units, so the weights among the nearest points carry ~1e-5 relative error
+    torch.testing.assert_close(nw32.double(), nw64, rtol=1e-4, atol=0)
+    assert bool(((nw32 >= y.min()) & (nw32 <= y.max())).all())  # a local mean
+    den32 = lb.tweedie_denoise(q, x, 0.1)
+    den64 = lb.tweedie_denoise(q.double(), x.double(), 0.1)
+    torch.testing.assert_close(den32.double(), den64, rtol=1e-4, atol=1e-6)
+    lk32 = lb.kde(q, x, 0.1, log=True)
+    lk64 = lb.kde(q.double(), x.double(), 0.1, log=True)
+    assert bool(torch.isfinite(lk32).all())
+    torch.testing.assert_close(lk32.double(), lk64, rtol=1e-5, atol=0)

@@ -20,7 +20,7 @@ from localbook.metrics import clustering_accuracy, subspace_preserving_rate
 from localbook.sagl import (
     SAGLResult,
     SparseAttentionGraph,
-    attention_graph,
+    dense_attention_graph,
     candidate_neighbours,
     effective_neighbours,
     entmax_distance_graph,
@@ -277,7 +277,7 @@ def test_fused_knn_graph_is_the_mean_of_per_view_knn():
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 3.0])
 def test_attention_graph_matches_formula(temperature):
     views = small_views(n=10, dims=(3, 6))
-    a = attention_graph(views, temperature)
+    a = dense_attention_graph(views, temperature)
     ref = torch.zeros(10, 10, dtype=F64)
     for x in standardize_views(views):
         d = x.shape[1]
@@ -297,8 +297,8 @@ def test_attention_graph_matches_formula(temperature):
 
 def test_attention_graph_flattens_with_temperature():
     views = small_views(n=10, dims=(3, 6))
-    n1 = effective_neighbours(attention_graph(views, 0.5))
-    n2 = effective_neighbours(attention_graph(views, 5.0))
+    n1 = effective_neighbours(dense_attention_graph(views, 0.5))
+    n2 = effective_neighbours(dense_attention_graph(views, 5.0))
     assert bool((n2 > n1).all())
 
 
@@ -1272,7 +1272,7 @@ def test_bad_inputs():
         with pytest.raises(ValueError, match="k"):
             fused_knn_graph(views, k)
     with pytest.raises(ValueError, match="temperature"):
-        attention_graph(views, temperature=0.0)
+        dense_attention_graph(views, temperature=0.0)
     with pytest.raises(ValueError, match="graph"):
         effective_neighbours(torch.ones(4))
     with pytest.raises(ValueError, match="n_clusters"):
