@@ -7,9 +7,11 @@ most 2 ulp; the Gaussian is evaluated in base 2 from coordinates scaled by
 ``GAUSS_SCALE``). The source ships with the package and is built on first use with the
 system's C compiler (``$CC`` or ``cc``; 3–4 s on a 2-core machine) into a cache directory
 (``$LOCALBOOK_CACHE``, else ``$XDG_CACHE_HOME/localbook`` or ``~/.cache/localbook``), keyed by
-the source, the compiler and the CPU. Without a compiler, or with ``LOCALBOOK_COMPILED=0``
-(or ``false``, ``no``, ``off``), :func:`library` is ``None`` and every caller uses the PyTorch
-engine, which gives the same sums to rounding.
+the source, the compiler and the CPU. One process builds at a time (a file lock); a checksum
+written after each complete build is checked before a cached library is loaded, and a damaged
+or incomplete one is rebuilt. Without a compiler, or with ``LOCALBOOK_COMPILED=0`` (or
+``false``, ``no``, ``off``), :func:`library` is ``None`` and every caller uses the PyTorch
+engine, which gives the same sums to rounding; a build that fails says so in one warning.
 
 A whole local mean (Nadaraya–Watson, a KDE, a mean-shift step) is one call of
 :func:`local_means` on data prepared once by :func:`scale_points`: the queries are scaled,
@@ -116,13 +118,27 @@ def compile_source(cc: str, out, extra_flags=()) -> str:
         )
         if run.returncode == 0:
             return ""
-        error = run.stderr[-500:]
+        # an empty stderr is still a failure (it was once cached as a success)
+        error = run.stderr[-500:] or f"{cc} exited with status {run.returncode}"
     return error
 
 
 def load(path) -> ctypes.CDLL:
-    """Load a shared object built by :func:`compile_source` and declare its functions."""
+    """Load a shared object built by :func:`compile_source` and declare its functions; an
+    ``AttributeError`` if one is missing (the object is closed again, so that a rebuilt
+    library at the same path is really loaded next time)."""
     lib = ctypes.CDLL(str(path))
+    try:
+        _declare(lib)
+    except AttributeError:
+        import _ctypes
+
+        _ctypes.dlclose(lib._handle)
+        raise
+    return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
     lib.kernel_sums.restype = None
     lib.kernel_sums.argtypes = (
         [ctypes.c_void_p] * 4
@@ -167,7 +183,6 @@ def load(path) -> ctypes.CDLL:
     lib.midrange.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 5 + [ctypes.c_void_p]
     lib.exp2_array.restype = None
     lib.exp2_array.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_double]
-    return lib
 
 
 _OFF = ("0", "false", "no", "off")
@@ -191,14 +206,53 @@ def _disabled_by_environment() -> Optional[str]:
     return None
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cached_ok(so: Path, stamp: Path) -> bool:
+    """A cached library is used only with the checksum written after its complete build (an
+    interrupted build or a full disk leaves a file that loads and then dies with SIGBUS)."""
+    try:
+        return so.stat().st_size > 0 and stamp.read_text().strip() == _digest(so)
+    except OSError:
+        return False
+
+
+def _compile_into(cc: str, cache: Path, so: Path, stamp: Path) -> str:
+    """Build beside the target, then rename, then write the checksum; ``''`` or the error."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+    os.close(fd)
+    try:
+        error = compile_source(cc, tmp)
+        if error:
+            return error
+        if os.path.getsize(tmp) == 0:
+            return "the compiler wrote an empty file"
+        os.replace(tmp, so)
+        fd, tmp_stamp = tempfile.mkstemp(suffix=".sha256", dir=cache)
+        with os.fdopen(fd, "w") as f:
+            f.write(_digest(so) + "\n")
+        os.replace(tmp_stamp, stamp)
+        return ""
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def _build() -> tuple:
-    """``(CDLL or None, reason)``: compile (or reuse) the shared object and load it."""
+    """``(CDLL or None, reason)``: compile (or reuse) the shared object and load it.
+
+    One process builds at a time (a file lock beside the library); a cached library without
+    a matching checksum, or one that lacks the expected symbols, is rebuilt once."""
     off = _disabled_by_environment()
     if off is not None:
         return None, f"disabled by LOCALBOOK_COMPILED={off}"
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None or platform.system() != "Linux":
         return None, "no C compiler found (or not Linux): using the PyTorch engine"
+    import fcntl  # Linux only, like the compiled engine
+
     try:
         version = subprocess.run(
             [cc, "--version"], capture_output=True, text=True, timeout=30
@@ -211,24 +265,42 @@ def _build() -> tuple:
             + _cpu_signature().encode()
         ).hexdigest()[:16]
         cache = _cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
         so = cache / f"kernel_sums-{key}.so"
-        if not so.exists():
-            cache.mkdir(parents=True, exist_ok=True)
-            # build beside the target, then rename: concurrent builders never see half a file
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-            os.close(fd)
-            try:
-                error = compile_source(cc, tmp)
-                if error:
-                    return None, f"compiling {SOURCE.name} failed: {error}"
-                os.replace(tmp, so)
-            finally:
-                if os.path.exists(tmp):
-                    os.remove(tmp)
-        lib = load(so)
+        stamp = cache / f"kernel_sums-{key}.sha256"
+        with open(cache / f"kernel_sums-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a second cold process waits, then reuses
+            for attempt in range(2):
+                fresh = not _cached_ok(so, stamp)
+                if fresh:
+                    error = _compile_into(cc, cache, so, stamp)
+                    if error:
+                        return _failed(f"compiling {SOURCE.name} failed: {error}")
+                try:
+                    lib = load(so)
+                except (
+                    OSError,
+                    AttributeError,
+                ) as err:  # not an ELF, or symbols missing
+                    for path in (so, stamp):
+                        path.unlink(missing_ok=True)
+                    if fresh or attempt:
+                        return _failed(f"the compiled kernels do not load: {err}")
+                    continue  # a damaged cached copy: build it again
+                return lib, f"compiled kernels loaded from {so}"
     except (OSError, subprocess.SubprocessError) as err:
-        return None, f"could not build or load the compiled kernels: {err}"
-    return lib, f"compiled kernels loaded from {so}"
+        return _failed(f"could not build or load the compiled kernels: {err}")
+    return _failed("the compiled kernels could not be built")  # pragma: no cover
+
+
+def _failed(reason: str) -> tuple:
+    """Fall back to the PyTorch engine, saying why once."""
+    warnings.warn(
+        f"{reason}; localbook uses the PyTorch engine (same results, slower)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return None, reason
 
 
 def library() -> Optional[ctypes.CDLL]:

@@ -692,9 +692,25 @@ def local_average(
     neighbourhood (compact kernel, no point within the bandwidth) get NaN means and
     ``log_sum = -inf``, with one ``UserWarning`` giving their number. Without autograd the work
     runs in cache-sized tiles (:func:`tile_shape`, :func:`_tiled_sums`); with it, in row chunks
-    of the autograd graph (weights relative to each row's largest).
+    of the autograd graph (weights relative to each row's largest). Half-precision inputs
+    (float16, bfloat16) are computed in float32 and returned in their own dtype.
     """
     kern = get_kernel(kernel)
+    if x.dtype in (torch.float16, torch.bfloat16):
+        # half precision cannot hold squared distances or sums of many weights (bfloat16
+        # gave NaN, float16 overflowed): work in float32, as PyTorch's attention does, and
+        # return the input's dtype
+        half = x.dtype
+        mean, log_sum = local_average(
+            xq.float(),
+            x.float(),
+            None if values is None else values.float(),
+            h.float(),
+            kern,
+            budget=budget,
+            warn_empty=warn_empty,
+        )
+        return (None if mean is None else mean.to(half)), log_sum.to(half)
     m = xq.shape[0]
     center = data_center(x)
     tensors = (xq, x, h) if values is None else (xq, x, h, values)

@@ -945,7 +945,7 @@ def sagl_cluster(
 ) -> SAGLResult:
     """Fit SAGL (:func:`fit_sagl`) and cluster by one spectral read-out.
 
-    ``fusion="graphs"``: read out the mean of the per-view graphs (:attr:`SAGLResult.graph`);
+    ``fusion="graphs"``: read out the mean of the per-view graphs (``SAGLResult.graph``);
     ``"representations"``: read out the ``k``-NN graph of the concatenated aggregated codes
     ``[H⁽¹⁾, …]`` (:func:`knn_graph`, the same read-out as the ``k``-NN baseline on the
     inputs). Returns the :class:`SAGLResult` with ``labels (n,)``.

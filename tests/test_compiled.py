@@ -405,3 +405,93 @@ def test_environment_switch_unknown_value_warns_and_stays_on(monkeypatch):
     monkeypatch.setenv("LOCALBOOK_COMPILED", "maybe")
     with pytest.warns(UserWarning, match="not understood"):
         assert compiled._disabled_by_environment() is None
+
+
+def _build_elsewhere(tmp_path, monkeypatch):
+    """Build into ``tmp_path`` in another process (a library this process has loaded must
+    not be damaged under it: its mapped pages would fault), then point this one there."""
+    assert _status_in_a_new_process(LOCALBOOK_CACHE=str(tmp_path)).startswith("True")
+    monkeypatch.setenv("LOCALBOOK_CACHE", str(tmp_path))
+    monkeypatch.setenv("LOCALBOOK_COMPILED", "1")
+    (so,) = tmp_path.glob("kernel_sums-*.so")
+    return so, so.with_suffix(".sha256")
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
+)
+def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
+    """An interrupted build left half a library: loading it gave SIGBUS in every later
+    process. The checksum written after a complete build catches it; it is rebuilt."""
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch)
+    assert stamp.read_text().strip() == compiled._digest(so)
+    whole = so.read_bytes()
+    so.write_bytes(whole[: len(whole) // 2])  # as a cut-short write leaves it
+    lib, reason = compiled._build()
+    assert lib is not None and "loaded from" in reason
+    assert compiled._cached_ok(so, stamp) and so.stat().st_size == len(whole)
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
+)
+def test_a_library_without_its_checksum_is_rebuilt(tmp_path, monkeypatch):
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch)
+    stamp.unlink()  # an older build, or one cut short before its checksum
+    lib, _ = compiled._build()
+    assert lib is not None and compiled._cached_ok(so, stamp)
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
+)
+def test_a_library_without_the_symbols_is_rebuilt(tmp_path, monkeypatch):
+    """A valid ELF file without the expected functions raised an uncaught AttributeError."""
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch)
+    empty_c = tmp_path / "empty.c"
+    empty_c.write_text("int nothing_here(void) { return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", str(empty_c), "-o", str(so)], check=True)
+    stamp.write_text(compiled._digest(so) + "\n")  # checksum fine, symbols missing
+    lib, reason = compiled._build()
+    assert lib is not None and hasattr(lib, "local_means"), reason
+
+
+def test_a_failed_compile_with_empty_stderr_is_a_failure(monkeypatch):
+    class Done:
+        returncode, stderr = 1, ""
+
+    monkeypatch.setattr(compiled.subprocess, "run", lambda *a, **k: Done())
+    error = compiled.compile_source("cc", "/nonexistent/out.so")
+    assert "exited with status 1" in error
+
+
+def test_a_compile_failure_falls_back_with_one_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALBOOK_CACHE", str(tmp_path))
+    monkeypatch.setenv("LOCALBOOK_COMPILED", "1")
+    monkeypatch.setattr(compiled, "compile_source", lambda cc, out: "no luck")
+    if platform.system() != "Linux" or not shutil.which(os.environ.get("CC", "cc")):
+        pytest.skip("no compiler: the build is not attempted")
+    with pytest.warns(RuntimeWarning, match="PyTorch engine") as record:
+        lib, reason = compiled._build()
+    assert lib is None and "no luck" in reason and len(record) == 1
+    assert not list(tmp_path.glob("kernel_sums-*.so"))  # nothing cached as built
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
+)
+def test_two_cold_processes_build_once_and_both_load(tmp_path):
+    """Two processes starting with an empty cache: the lock lets one compile while the
+    other waits and then reuses its library (no half-written file is ever loaded)."""
+    code = "import localbook.compiled as c; print(c.library() is not None, c.status())"
+    env = dict(os.environ, LOCALBOOK_CACHE=str(tmp_path), LOCALBOOK_COMPILED="1")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(o.startswith("True compiled kernels loaded") for o in outs), outs
+    assert len(list(tmp_path.glob("kernel_sums-*.so"))) == 1
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("tmp*"))
