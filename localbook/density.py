@@ -317,9 +317,29 @@ def mean_shift(
     With ``kernel="uniform"`` this is scikit-learn's ``MeanShift`` (flat kernel of radius
     ``bandwidth``, same seeding with ``bin_seeding``/``min_bin_freq``, same stopping rule, same
     merge and labels). Shapes: ``x (n, d)``, ``seeds (s, d)`` (default: the data, or the grid bins
-    with ``bin_seeding``). Returns a :class:`MeanShiftResult`.
+    with ``bin_seeding``). Returns a :class:`MeanShiftResult`. Half-precision data are
+    processed in float32; the modes, intensities and path come back in the data's dtype.
     """
     x = check_points(x, "x")
+    if x.dtype in (torch.float16, torch.bfloat16):
+        # half precision cannot hold the steps' sums: work in float32, return x's dtype
+        res = mean_shift(
+            x.float(),
+            bandwidth if not isinstance(bandwidth, torch.Tensor) else bandwidth.float(),
+            kernel,
+            None if seeds is None else check_query(seeds, x, "seeds").float(),
+            max_iter,
+            tol,
+            return_path,
+            bin_seeding=bin_seeding,
+            min_bin_freq=min_bin_freq,
+            merge_radius=merge_radius,
+        )
+        for name in ("modes", "intensity", "path"):
+            value = getattr(res, name)
+            if value is not None:
+                setattr(res, name, value.to(x.dtype))
+        return res
     n, d = x.shape
     h = check_bandwidth(bandwidth, d, like=x)
     kern = get_kernel(kernel)

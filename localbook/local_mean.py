@@ -134,6 +134,9 @@ def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
 
 def _ll_chunks(xq, x, h, kernel, width: int):
     kern = get_kernel(kernel)
+    if x.dtype in (torch.float16, torch.bfloat16):
+        # no eigensolver in half precision, nor room for the moments: weights in float32
+        xq, x, h = xq.float(), x.float(), h.float()
     center = data_center(x)
     rows = chunk_rows(
         xq.shape[0],
@@ -153,11 +156,12 @@ def local_linear(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch.Te
     :math:`\hat\beta(q) = \arg\min_\beta \sum_i K(q, x_i)\,(y_i - \beta_0 - \beta_1^\top(x_i - q))^2`,
     :math:`\hat y(q) = \hat\beta_0(q)`, solved for all queries in batch (any ``d``). Shapes as
     :func:`nadaraya_watson`. It is a local mean with the weights of :func:`equivalent_kernel`.
+    Half-precision inputs are weighted in float32 and returned in their own dtype.
     """
     xq, x, y2, squeeze, h = _prepare(x_query, x, y, bandwidth)
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
     for sl, ell in _ll_chunks(xq, x, h, kernel, y2.shape[1]):
-        out[sl] = ell @ y2
+        out[sl] = (ell @ y2.to(ell.dtype)).to(out.dtype)
     warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
     return out[:, 0] if squeeze else out
 
@@ -177,7 +181,7 @@ def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
     out = torch.empty(xq.shape[0], x.shape[0], dtype=x.dtype, device=x.device)
     for sl, ell in _ll_chunks(xq, x, h, kernel, 1):
-        out[sl] = ell
+        out[sl] = ell.to(out.dtype)
     warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
     return out
 

@@ -582,3 +582,21 @@ def test_unique_rows_and_bin_seeds_equal_the_row_wise_unique(seed, d, h):
                 torch.tensor(keep, dtype=torch.float32).reshape(-1, d) * hh.float()
             ).double()
             assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mean_shift_in_half_precision_works_in_float32(dtype):
+    """Half data crashed with an IndexError; it now runs in float32 and returns the modes in
+    the data's dtype, with the labels of the float32 run on the same (rounded) data."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat(
+        [
+            torch.randn(40, 2, generator=g) * 0.3,
+            torch.randn(40, 2, generator=g) * 0.3 + 3,
+        ]
+    ).to(dtype)
+    res = lb.mean_shift(x, 0.8)
+    ref = lb.mean_shift(x.float(), 0.8)
+    assert res.modes.dtype == dtype and res.intensity.dtype == dtype
+    assert torch.equal(res.labels, ref.labels) and len(res.modes) == 2
+    torch.testing.assert_close(res.modes, ref.modes.to(dtype), rtol=0, atol=0)

@@ -470,3 +470,22 @@ def test_autograd_flows_through_the_local_mean():
     assert torch.autograd.gradcheck(
         lambda q, y: lb.local_linear(q, x.detach(), y, 0.9), (q, y)
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_local_linear_in_half_precision_works_in_float32(dtype):
+    """Half inputs crashed in the eigensolver ('linalg_eigh_cpu not implemented for Half');
+    the weights are now computed in float32 and the result comes back in the input dtype,
+    equal to float64 on the same (rounded) inputs to one unit roundoff of the dtype."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(80, 2, generator=g).to(dtype)
+    y = (2 * torch.rand(80, generator=g) - 1).to(dtype)
+    q = torch.rand(12, 2, generator=g).to(dtype)
+    out = lb.local_linear(q, x, y, 0.3)
+    ref = lb.local_linear(q.double(), x.double(), y.double(), 0.3)
+    assert out.dtype == dtype
+    assert float((out.double() - ref).abs().max()) <= 2 * torch.finfo(dtype).eps
+    ell = lb.equivalent_kernel(q, x, 0.3)
+    assert ell.dtype == dtype
+    ref_ell = lb.equivalent_kernel(q.double(), x.double(), 0.3)
+    assert float((ell.double() - ref_ell).abs().max()) <= torch.finfo(dtype).eps
