@@ -185,24 +185,27 @@ def load_fashion_mnist_subset():
         return d["images"].copy(), d["labels"].copy()
 
 
+# Each stored run: its tables (key -> file stem suffix). A reproduction script registers here.
+STORED_RUNS = {
+    "sagl": {"runs": "reproduction", "gate": "gate", "curves": "curves"},
+}
+
+
 def load_stored_run(name: str = "sagl") -> dict:
     """A stored run at full protocol, written by ``reproductions/<name>.py`` into the package
-    data: ``{"runs", "gate", "curves": DataFrame, "provenance": dict}`` (pandas). ``runs``:
-    one row per data set, seed and method; ``gate``: the SAGL gate's quantiles per view;
-    ``curves``: the training loss per step (and scores every 10 steps for seed 0);
-    ``provenance``: command, commit, date, machine and protocol. A missing or damaged file
+    data: one pandas DataFrame per table of ``localbook.datasets.STORED_RUNS[name]`` plus
+    ``"provenance"`` (a dict: command, commit, date, machine and protocol, from
+    ``<name>_reproduction.json``). For ``"sagl"``: ``runs`` (one row per data set, seed and
+    method), ``gate`` (the SAGL gate's quantiles per view) and ``curves`` (the training loss
+    per step). Every table must have rows and a ``seed`` column. A missing or damaged file
     raises ``RuntimeError`` naming it."""
     import json
 
     import pandas as pd
 
-    name = check_choice(name, "name", ["sagl"])
-    paths = {
-        "runs": _DATA / f"{name}_reproduction.csv",
-        "gate": _DATA / f"{name}_gate.csv",
-        "curves": _DATA / f"{name}_curves.csv",
-        "provenance": _DATA / f"{name}_reproduction.json",
-    }
+    name = check_choice(name, "name", sorted(STORED_RUNS))
+    paths = {key: _DATA / f"{name}_{stem}.csv" for key, stem in STORED_RUNS[name].items()}
+    paths["provenance"] = _DATA / f"{name}_reproduction.json"
     out = {}
     for key, path in paths.items():
         try:
@@ -215,7 +218,7 @@ def load_stored_run(name: str = "sagl") -> dict:
                 f"the stored run {path.name} cannot be read ({err}); rerun "
                 f"reproductions/{name}.py"
             ) from err
-    for key in ("runs", "gate", "curves"):
+    for key in STORED_RUNS[name]:
         if out[key].empty or "seed" not in out[key]:
             raise RuntimeError(
                 f"the stored run {paths[key].name} has no rows or no seeds"
