@@ -217,6 +217,42 @@ def rule_memberships(
     return mean
 
 
+def _affinely_deficient(W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    r"""Whether the points weighted by each row of ``W (r, n)`` miss an affine direction.
+
+    The weighted covariance :math:`\Sigma_r = \sum_i W_{ri}(x_i - \bar x_r)(x_i - \bar x_r)^\top
+    / \sum_i W_{ri}`, scaled to a correlation matrix, is singular to rounding (smallest
+    eigenvalue at most :math:`10\,n\,\varepsilon`, or a coordinate without spread). ``(r,)``.
+    """
+    wsum = W.sum(1, keepdim=True)
+    xbar = (W @ x) / wsum
+    xc = x[None, :, :] - xbar[:, None, :]  # (r, n, d)
+    cov = torch.einsum("rn,rnj,rnk->rjk", W, xc, xc) / wsum[:, :, None]
+    var = torch.diagonal(cov, dim1=1, dim2=2)
+    tol = 10 * x.shape[0] * torch.finfo(x.dtype).eps
+    spread = var > tol * var.amax(1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    s = torch.where(spread, var, torch.ones_like(var)).sqrt()
+    corr = cov / (s[:, :, None] * s[:, None, :])
+    return ~spread.all(1) | (torch.linalg.eigvalsh(corr)[:, 0] <= tol)
+
+
+def _check_x_spans(x: torch.Tensor) -> None:
+    """A first-order rule has ``d + 1`` coefficients: ``x`` must span its space affinely."""
+    if bool(_affinely_deficient(torch.ones_like(x[None, :, 0]), x)[0]):
+        centred = x - x.mean(0)
+        rank = int(
+            torch.linalg.matrix_rank(
+                centred, rtol=10 * x.shape[0] * torch.finfo(x.dtype).eps
+            )
+        )
+        raise ValueError(
+            f"x: the {x.shape[0]} data points lie in an affine subspace of dimension "
+            f"{rank} < d = {x.shape[1]} (e.g. collinear points in the plane), so the "
+            f"{x.shape[1] + 1} coefficients of a first-order rule are not determined at "
+            "any bandwidth; use order=0, ridge > 0, or drop the redundant coordinates"
+        )
+
+
 def fit_takagi_sugeno(
     x,
     y,
@@ -235,6 +271,10 @@ def fit_takagi_sugeno(
     interpretable on its own. ``method="global"``: all rules at once, ordinary least squares of
     the TS output on the data (best in-sample fit, rules no longer local fits). ``ridge ≥ 0``
     adds :math:`\lambda\lVert\theta\rVert^2` (slopes and intercepts) for ill-posed rules.
+    With ``ridge=0`` a first-order rule is determined exactly when the points that fire it
+    (:math:`\mu_r(x_i) > 0`) span :math:`\mathbb{R}^d` affinely; otherwise a ``ValueError``
+    names the cause: ``x`` itself in a lower-dimensional affine subspace (collinear points in
+    the plane), too few points firing the rule, or its firing points in such a subspace.
     """
     x = check_points(x, "x")
     y2, _ = check_targets(y, x.shape[0], like=x)
@@ -246,6 +286,8 @@ def fit_takagi_sugeno(
     method = check_choice(method, "method", ["local", "global"])
     ridge = check_positive_float(ridge, "ridge", allow_zero=True)
     kern = _membership(membership)
+    if order == 1 and ridge == 0:
+        _check_x_spans(x)
     A = (
         torch.cat([torch.ones_like(x[:, :1]), x], 1)
         if order == 1
@@ -257,7 +299,7 @@ def fit_takagi_sugeno(
         theta = torch.empty(R, p, dtype=x.dtype, device=x.device)
         center = data_center(x)
         for sl in iter_chunks(
-            R, chunk_rows(R, x.shape[0], p, x.element_size(), None, x.device)
+            R, chunk_rows(R, x.shape[0], p + 1, x.element_size(), None, x.device)
         ):
             W = torch.exp(
                 log_weights(c[sl], x, h, kern, center)
@@ -265,14 +307,32 @@ def fit_takagi_sugeno(
             M = torch.einsum("rn,nj,nk->rjk", W, A, A) + eye
             b = (W * y2[:, 0]) @ A
             sol, info = torch.linalg.solve_ex(M, b)
+            if ridge == 0:
+                few = (W > 0).sum(1) < p
+                flat = torch.zeros_like(few)
+                if order == 1 and not bool(few.all()):
+                    flat[~few] = _affinely_deficient(W[~few], x)
+                for bad, why in ((few, "few"), (flat, "flat")):
+                    if bool(bad.any()):
+                        r = sl.start + int(bad.nonzero()[0, 0])
+                        n_fire = int((W[r - sl.start] > 0).sum())
+                        raise ValueError(
+                            f"rule {r}: too few data points fire it ({n_fire}) to fit "
+                            f"{p} coefficient(s); use a larger bandwidth, fewer centers, "
+                            "order=0 or ridge > 0"
+                            if why == "few"
+                            else f"rule {r}: the {n_fire} data points that fire it lie in "
+                            "a lower-dimensional affine subspace (collinear in the plane), "
+                            f"so its {p} coefficients are not determined; use a larger "
+                            "bandwidth, order=0 or ridge > 0"
+                        )
             if bool((info != 0).any()) or not bool(torch.isfinite(sol).all()):
-                bad = int(
-                    sl.start
-                    + int(((info != 0) | ~torch.isfinite(sol).all(1)).nonzero()[0, 0])
+                bad = sl.start + int(
+                    ((info != 0) | ~torch.isfinite(sol).all(1)).nonzero()[0, 0]
                 )
                 raise ValueError(
-                    f"rule {bad}: too few data points fire it to fit {p} coefficient(s); "
-                    "use a larger bandwidth, fewer centers, order=0 or ridge > 0"
+                    f"rule {bad}: its weighted least-squares system is singular in "
+                    f"{x.dtype}; rescale x, use order=0 or ridge > 0"
                 )
             theta[sl] = sol
         return theta

@@ -274,6 +274,49 @@ def test_takagi_sugeno_rejects_bad_inputs():
         )
 
 
+@pytest.mark.parametrize("method", ["local", "global"])
+def test_collinear_design_error_names_x_not_the_bandwidth(method):
+    t = np.linspace(0, 1, 50)
+    centers = [[0.2, 0.4], [0.8, 1.6]]
+    for x in (np.c_[t, 2 * t], np.c_[t, np.full(50, 0.3)], np.c_[t, 1 - t, 0 * t + 2]):
+        c = np.asarray(centers)[:, :1].repeat(x.shape[1], 1)
+        with pytest.raises(
+            ValueError, match=r"^x: .* affine subspace of dimension 1 < d"
+        ) as e:
+            lb.fit_takagi_sugeno(x, np.sin(t), c, 10.0, method=method)
+        assert "larger bandwidth" not in str(e.value)
+    x = np.c_[t, 2 * t]
+    # the remedies the message names do work
+    th0 = lb.fit_takagi_sugeno(x, np.sin(t), centers, 0.2, order=0, method=method)
+    thr = lb.fit_takagi_sugeno(x, np.sin(t), centers, 0.2, method=method, ridge=1e-6)
+    assert th0.shape == (2, 1) and thr.shape == (2, 3)
+    assert bool(torch.isfinite(thr).all())
+    # a full-rank design still fits: the local rule equals weighted least squares
+    x = np.c_[t, np.cos(3 * t)]
+    theta = lb.fit_takagi_sugeno(x, np.sin(t), centers, 0.2, method=method)
+    assert bool(torch.isfinite(theta).all())
+
+
+def test_rule_whose_firing_points_are_collinear_names_the_rule():
+    t = np.linspace(0, 1, 50)
+    x = np.r_[np.c_[t, 2 * t], [[5.0, 0.0], [5.0, 1.0], [6.0, 0.0], [6.0, 1.0]]]
+    y = np.r_[np.sin(t), np.zeros(4)]
+
+    def fit(c, h=0.3):
+        return lb.fit_takagi_sugeno(x, y, c, h, membership="epanechnikov")
+
+    with pytest.raises(
+        ValueError, match="rule 0: the 14 data points .* affine subspace"
+    ):
+        fit([[0.5, 1.0]])
+    with pytest.raises(ValueError, match=r"rule 1: too few data points fire it \(0\)"):
+        fit([[5.5, 0.5], [20.0, 20.0]], 1.0)
+    # the rule at the four corners of the square is determined: an exact plane is recovered
+    y_plane = 1.0 + 2.0 * x[:, 0] - 3.0 * x[:, 1]
+    th = lb.fit_takagi_sugeno(x, y_plane, [[5.5, 0.5]], 1.0, membership="epanechnikov")
+    np.testing.assert_allclose(th.numpy(), [[1.0, 2.0, -3.0]], atol=1e3 * EPS * 20)
+
+
 # --- bilateral filter -------------------------------------------------------------------------
 def _bilateral_brute(img, s, r):
     C, H, W = img.shape
