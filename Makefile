@@ -69,9 +69,13 @@ lint: $(STAMP)
 unit: $(STAMP) data
 	$(PY) -m pytest tests -m "not slow" -n $(JOBS) -q
 
-# one thread per kernel: $(JOBS) kernels side by side must not oversubscribe the cores
+# one thread per kernel: $(JOBS) kernels side by side must not oversubscribe the cores.
+# Each chapter that passes is stored with nbval's outputs in the build's execution cache
+# (book/conftest.py), so `make book` after `make nbval` executes no chapter a second time.
 nbval: $(STAMP) data
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
+	$(check_cache)
+	LOCALBOOK_NB_CACHE=_build/.jupyter_cache OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	  $(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
 slow: $(STAMP) browser

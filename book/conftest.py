@@ -42,3 +42,88 @@ def start_new_kernel_retrying(startup_timeout=60, kernel_name="python", **kwargs
 
 
 nbval.kernel.start_new_kernel = start_new_kernel_retrying
+
+
+# --- one execution per chapter ------------------------------------------------------------
+# With LOCALBOOK_NB_CACHE set (``make nbval`` sets it to the book build's jupyter-cache), a
+# chapter whose cells all pass under nbval is stored in that cache with nbval's outputs, so
+# ``jupyter-book build`` (execute_notebooks: cache) renders it without executing it again.
+# The cache keys a notebook on its code and kernelspec (jupyter-cache), exactly what nbval ran;
+# a chapter that failed, was skipped in part or changed since is executed by the build as before.
+
+import fcntl  # noqa: E402
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+_CACHE = os.environ.get("LOCALBOOK_NB_CACHE")
+_ran = {}  # notebook path -> {"items": [...], "failed": bool}
+
+
+def _state(item):
+    parent = getattr(item, "parent", None)
+    if parent is None or not hasattr(item, "test_outputs") or not hasattr(parent, "nb"):
+        return None
+    return _ran.setdefault(
+        str(parent.fspath), {"parent": parent, "cells": {}, "bad": False}
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if not _CACHE:
+        return
+    state = _state(item)
+    if state is None:
+        return
+    report = outcome.get_result()
+    if report.failed or report.skipped:
+        state["bad"] = True
+    elif call.when == "call":
+        state["cells"][id(item.cell)] = (item.cell, item.test_outputs)
+
+
+def _store(path: str, state: dict) -> bool:
+    """Put one fully passed chapter, with nbval's outputs, into the build's cache."""
+    import copy
+
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    nb = copy.deepcopy(state["parent"].nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    originals = [c for c in state["parent"].nb.cells if c.cell_type == "code"]
+    if state["bad"] or len(state["cells"]) != len(code):
+        return False
+    for count, (cell, original) in enumerate(zip(code, originals), start=1):
+        _, outputs = state["cells"][id(original)]
+        cell.outputs = copy.deepcopy(outputs or [])
+        cell.execution_count = count
+        for out in cell.outputs:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = count
+    Path(_CACHE).mkdir(parents=True, exist_ok=True)
+    # two xdist workers may finish chapters together: jupyter-cache's sqlite wants one writer
+    with open(Path(_CACHE) / ".localbook-nbval.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        get_cache(_CACHE).cache_notebook_bundle(
+            CacheBundleIn(nb, str(Path(path).resolve()), data={"source": "nbval"}),
+            check_validity=False,
+            overwrite=True,
+        )
+    return True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _CACHE:
+        return
+    for path, state in _ran.items():
+        try:
+            stored = _store(path, state)
+        except Exception as exc:  # the build executes the chapter itself: only slower
+            warnings.warn(f"{path}: not stored in {_CACHE} ({exc!r})", stacklevel=1)
+            continue
+        if stored:
+            print(f"\nnbval: {Path(path).name} stored in {_CACHE}")
