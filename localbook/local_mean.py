@@ -22,6 +22,7 @@ from ._validate import (
     as_tensor,
     check_bandwidth,
     check_choice,
+    check_fraction,
     check_labels,
     check_points,
     check_positive_int,
@@ -75,98 +76,113 @@ def nadaraya_watson(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch
     return mean[:, 0] if squeeze else mean
 
 
-_SLOPE_CUTOFF = (
-    1e-10  # covariance eigenvalue (bandwidth units) below which a slope is unknown
-)
+def _default_rcond(n: int, d: int, dtype: torch.dtype) -> float:
+    """``numpy.linalg.lstsq``'s default cutoff: the unit roundoff times ``max(n, d + 1)``."""
+    return torch.finfo(dtype).eps * max(n, d + 1)
 
 
-def _smooth_pinv_solve(cov: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    r"""``C⁺ r`` for a batch of symmetric PSD ``cov (rows, d, d)`` with a *smooth* cut-off.
-
-    Each eigen-direction is scaled by :math:`\lambda_j/(\lambda_j^2 + c^2)` (Tikhonov-filtered
-    pseudo-inverse, :math:`c` = ``_SLOPE_CUTOFF``) instead of a hard threshold: a hard
-    ``pinv(atol=c)`` jumps when rounding moves an eigenvalue across ``c`` (permuting the data then
-    changed the fit by 1e-5), the filter is continuous, flat at :math:`\lambda = c`, and differs
-    from :math:`1/\lambda` by the relative factor :math:`(c/\lambda)^2` (1e-8 at λ = 1e-6).
-    """
-    evals, evecs = torch.linalg.eigh(cov)
-    evals = evals.clamp(
-        min=0.0
-    )  # rounding can make a PSD matrix's smallest eigenvalue < 0
-    filt = evals / (evals * evals + _SLOPE_CUTOFF**2)
-    coef = (evecs.transpose(1, 2) @ r[..., None])[..., 0] * filt
-    return (evecs @ coef[..., None])[..., 0]
-
-
-def _ll_weights(xq, x, h, kern, center) -> torch.Tensor:
+def _ll_weights(xq, x, h, kern, center, rcond: float) -> torch.Tensor:
     r"""Local-linear equivalent kernel for one chunk of queries, ``(rows, n)``.
 
-    Centering the design on the weighted mean :math:`\bar x_w` of the neighbourhood makes the
-    normal equations block-diagonal: the intercept is the local mean and the slope solves
-    :math:`C\beta_1 = \sum_i w_i (x_i - \bar x_w) y_i` with
-    :math:`C = \sum_i w_i (x_i - \bar x_w)(x_i - \bar x_w)^\top`. Evaluating the line at the query,
-    :math:`\ell_i = w_i / S_0 + w_i (x_i - \bar x_w)^\top C^{+} (q - \bar x_w)`, whose weights sum
-    to one. Directions in which the neighbourhood's weighted spread is below ``1e-5`` bandwidths
-    (covariance eigenvalue below ``1e-10`` in bandwidth units) carry no information about the
-    slope: the smooth pseudo-inverse of :func:`_smooth_pinv_solve` sets the slope there to zero,
-    i.e. the fit is a local constant along them (a single effective neighbour gives the
-    Nadaraya–Watson value).
+    With weights :math:`w_i = K(q, x_i)` (divided by the largest, so none underflows),
+    :math:`S_0 = \sum_i w_i`, scaled coordinates :math:`z_i = (x_i - c)/h` and their weighted
+    mean :math:`\bar z`, the fit is the minimum-norm solution of the weighted least-squares
+    problem with design rows :math:`a_i = (1, z_i - \bar z)`, singular values of
+    :math:`W^{1/2}A` at or below ``rcond`` times the largest treated as zero (the rule of
+    ``numpy.linalg.lstsq``). Centring on :math:`\bar z` makes the intercept column
+    :math:`W^{1/2}\mathbf 1` (singular value :math:`\sqrt{S_0}`) orthogonal to the slope block
+    :math:`B = W^{1/2}(z - \bar z)`, so the intercept is the local mean and the slope is
+    :math:`B^+ W^{1/2} y`. With :math:`B = QR` (Householder: the normal equations are never
+    formed) and :math:`R = U\Sigma V^\top`, at :math:`v = (q - c)/h - \bar z`,
+    :math:`\ell_i = w_i/S_0 + w_i\,(z_i - \bar z)^\top V\Sigma^{+2}V^\top v`.
     """
     lw = log_weights(xq, x, h, kern, center)
     top = lw.max(dim=1, keepdim=True).values
-    # weights relative to the row's largest one: scale-free, so far queries do not underflow
+    empty = torch.isneginf(top[:, 0])  # compact kernel, no point in the window
     w = torch.exp(lw - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))
-    s0 = w.sum(1, keepdim=True)  # (rows, 1)
+    if bool(empty.any()):  # solved with unit weights (no NaN reaches the QR), then NaN
+        w = torch.where(empty[:, None], torch.ones_like(w), w)
+    s0 = w.sum(1, keepdim=True)  # (rows, 1), at least 1
     xs = (x - center) / h  # scaled coordinates: conditioning independent of units
     qs = (xq - center) / h
-    xbar = (w @ xs) / s0  # (rows, d)
-    diff = xs[None, :, :] - xbar[:, None, :]  # (rows, n, d)
-    wd = w[..., None] * diff
-    C = wd.transpose(1, 2) @ diff  # (rows, d, d)
-    cov = C / s0[..., None]  # weighted covariance in bandwidth units
-    v = _smooth_pinv_solve(cov, qs - xbar) / s0  # (rows, d)
-    ell = w / s0 + (wd @ v[..., None])[..., 0]
-    empty = torch.isneginf(top[:, 0])
+    zbar = (w @ xs) / s0  # (rows, d)
+    diff = xs[None, :, :] - zbar[:, None, :]  # (rows, n, d)
+    B = torch.sqrt(w)[..., None] * diff
+    # mode "r" skips forming Q, but has no derivative
+    mode = "reduced" if torch.is_grad_enabled() and B.requires_grad else "r"
+    R = torch.linalg.qr(B, mode=mode).R  # (rows, min(n, d), d)
+    _, sv, vh = torch.linalg.svd(R, full_matrices=False)  # sv descending
+    cutoff = rcond * torch.maximum(torch.sqrt(s0), sv[:, :1])  # rcond · σ_max(W^½A)
+    keep = sv > cutoff
+    safe = torch.where(keep, sv, torch.ones_like(sv))
+    inv2 = torch.where(keep, 1.0 / (safe * safe), torch.zeros_like(sv))
+    proj = (vh @ (qs - zbar)[..., None])[..., 0] * inv2  # Σ⁺² Vᵀ v, (rows, k)
+    c = (vh.transpose(1, 2) @ proj[..., None])[..., 0]  # (rows, d)
+    ell = w / s0 + w * (diff @ c[..., None])[..., 0]
     if bool(empty.any()):
-        ell[empty] = math.nan
+        ell = torch.where(empty[:, None], torch.full_like(ell, math.nan), ell)
     return ell
 
 
-def _ll_chunks(xq, x, h, kernel, width: int):
+def _ll_chunks(xq, x, h, kernel, width: int, rcond):
     kern = get_kernel(kernel)
     if x.dtype in (torch.float16, torch.bfloat16):
-        # no eigensolver in half precision, nor room for the moments: weights in float32
+        # no QR in half precision, nor room for the moments: weights in float32
         xq, x, h = xq.float(), x.float(), h.float()
+    if rcond is None:
+        rcond = _default_rcond(x.shape[0], x.shape[1], x.dtype)
+    else:
+        rcond = check_fraction(rcond, "rcond", allow_zero=True)
     center = data_center(x)
     rows = chunk_rows(
         xq.shape[0],
         x.shape[0],
-        2 * x.shape[1] + 2 + width,
+        3 * x.shape[1] + 3 + width,
         x.element_size(),
         None,
         x.device,
     )
     for sl in iter_chunks(xq.shape[0], rows):
-        yield sl, _ll_weights(xq[sl], x, h, kern, center)
+        yield sl, _ll_weights(xq[sl], x, h, kern, center, rcond)
 
 
-def local_linear(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
+def local_linear(
+    x_query,
+    x,
+    y,
+    bandwidth,
+    kernel: str = "gaussian",
+    rcond: Optional[float] = None,
+) -> torch.Tensor:
     r"""Local linear regression: the intercept of a kernel-weighted least-squares line at each query.
 
     :math:`\hat\beta(q) = \arg\min_\beta \sum_i K(q, x_i)\,(y_i - \beta_0 - \beta_1^\top(x_i - q))^2`,
-    :math:`\hat y(q) = \hat\beta_0(q)`, solved for all queries in batch (any ``d``). Shapes as
-    :func:`nadaraya_watson`. It is a local mean with the weights of :func:`equivalent_kernel`.
-    Half-precision inputs are weighted in float32 and returned in their own dtype.
+    :math:`\hat y(q) = \hat\beta_0(q)`, for all queries in batch (any ``d``), in chunks of
+    queries under the device's memory budget. Shapes as :func:`nadaraya_watson`. It is a local
+    mean with the weights of :func:`equivalent_kernel`.
+    The weighted least-squares problem is solved by a Householder QR of the weighted design,
+    centred on the neighbourhood's weighted mean (never by the normal equations), and equals
+    ``numpy.linalg.lstsq`` on that problem to rounding. Singular values of the weighted design
+    (coordinates in bandwidth units) at or below ``rcond`` times the largest are treated as
+    zero, as in ``numpy.linalg.lstsq``; ``rcond=None`` is its default, the unit roundoff times
+    ``max(n, d + 1)``. Below the cutoff the solution is the minimum-norm one in the kept
+    subspace: slope directions in which the neighbourhood has no spread get slope zero, and
+    with no direction kept (one effective neighbour) the fit is the local mean.
+
+    Half-precision inputs are solved in float32 and returned in their own dtype. Under a compact
+    kernel a query with no data point within the bandwidth gets NaN (and a warning).
     """
     xq, x, y2, squeeze, h = _prepare(x_query, x, y, bandwidth)
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
-    for sl, ell in _ll_chunks(xq, x, h, kernel, y2.shape[1]):
+    for sl, ell in _ll_chunks(xq, x, h, kernel, y2.shape[1], rcond):
         out[sl] = (ell @ y2.to(ell.dtype)).to(out.dtype)
     warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
     return out[:, 0] if squeeze else out
 
 
-def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
+def equivalent_kernel(
+    x_query, x, bandwidth, kernel: str = "gaussian", rcond: Optional[float] = None
+) -> torch.Tensor:
     r"""The local-linear weights :math:`\ell_i(x^*)`, ``(m, n)``: ``local_linear = equivalent_kernel @ y``.
 
     Also called the empirical kernel: local linear regression is the local mean under it. Each
@@ -175,12 +191,20 @@ def equivalent_kernel(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.
     moments :math:`S_j = \sum_l K_l (x_l - x^*)^j`: for :math:`K_i > 0` the weight is negative
     exactly when :math:`(x_i - x^*) S_1 > S_2`, i.e. beyond :math:`x^* + S_2/S_1`, on the side
     where the kernel mass lies (none is negative when :math:`S_1 = 0`).
+    The weighted least-squares problem is solved by a Householder QR of the weighted design,
+    centred on the neighbourhood's weighted mean (never by the normal equations), and equals
+    ``numpy.linalg.lstsq`` on that problem to rounding. Singular values of the weighted design
+    (coordinates in bandwidth units) at or below ``rcond`` times the largest are treated as
+    zero, as in ``numpy.linalg.lstsq``; ``rcond=None`` is its default, the unit roundoff times
+    ``max(n, d + 1)``. Below the cutoff the solution is the minimum-norm one in the kept
+    subspace: slope directions in which the neighbourhood has no spread get slope zero, and
+    with no direction kept (one effective neighbour) the fit is the local mean.
     """
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
     out = torch.empty(xq.shape[0], x.shape[0], dtype=x.dtype, device=x.device)
-    for sl, ell in _ll_chunks(xq, x, h, kernel, 1):
+    for sl, ell in _ll_chunks(xq, x, h, kernel, 1, rcond):
         out[sl] = ell.to(out.dtype)
     warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kernel)
     return out
@@ -272,7 +296,7 @@ def _smoother_diagonal(x, h, kernel, method):
         # log K(xᵢ, xᵢ) = log k(0) = 0 for every profile, so Lᵢᵢ = 1 / Σⱼ K(xᵢ, xⱼ)
         return torch.exp(-lse)
     diag = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
-    for sl, ell in _ll_chunks(x, x, h, kernel, 1):
+    for sl, ell in _ll_chunks(x, x, h, kernel, 1, None):
         diag[sl] = ell[
             torch.arange(ell.shape[0], device=x.device),
             torch.arange(sl.start, sl.stop, device=x.device),
@@ -289,8 +313,10 @@ def loo_cv_score(
     :math:`y_i - \hat y_{-i}(x_i) = (y_i - \hat y_i) / (1 - L_{ii})`, so no refit is needed.
     (This is not true of every linear smoother: for KNN, whose rank kernel changes when a point
     is removed, the same formula gives the leave-one-out residual of ``(k-1)``-NN.)
-    ``method`` is ``"nw"`` (Nadaraya–Watson) or ``"ll"`` (local linear). Returns ``inf`` when a
-    point is alone in its neighbourhood (``L_ii = 1``: its leave-one-out fit is undefined).
+    ``method`` is ``"nw"`` (Nadaraya–Watson) or ``"ll"`` (local linear). Returns ``inf`` when
+    some ``L_ii = 1`` (its leave-one-out fit is undefined): a point alone in its
+    neighbourhood, or, for local linear regression, one with at most ``d + 1`` effective
+    neighbours, which the fitted plane interpolates (always so when ``n ≤ d + 1``).
     """
     x = check_points(x, "x")
     y2, _ = check_targets(y, x.shape[0], like=x)
@@ -346,8 +372,22 @@ def select_bandwidth(
         [loo_cv_score(x, y, float(b), kernel, method) for b in grid], dtype=x.dtype
     )
     if not bool(torch.isfinite(scores).any()):
+        n, d = x.shape
+        if method == "ll" and n <= d + 1:
+            raise ValueError(
+                f"local linear regression with n = {n} points in d = {d} dimensions "
+                "interpolates them (L_ii = 1), so its leave-one-out error is undefined "
+                f"at every bandwidth; it needs n > d + 1 = {d + 1} points"
+            )
+        why = (
+            "alone in its neighbourhood, or (local linear) with at most d + 1 "
+            "effective neighbours, which the fitted plane interpolates"
+            if method == "ll"
+            else "alone in its neighbourhood"
+        )
         raise ValueError(
-            "every bandwidth in the grid leaves some point alone in its neighbourhood; use larger bandwidths"
+            f"every bandwidth in the grid leaves some point {why} (L_ii = 1: its "
+            "leave-one-out fit is undefined); use larger bandwidths"
         )
     best = int(torch.argmin(scores))
     return BandwidthSelection(float(grid[best]), grid, scores)
