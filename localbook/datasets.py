@@ -454,14 +454,17 @@ def make_fashion_views(
     seed: int = 0,
     split: str = "test",
     dtype: Optional[torch.dtype] = None,
+    download: bool = True,
 ):
-    """Three heterogeneous views of Fashion-MNIST images (a local copy; never downloads).
+    """Three heterogeneous views of Fashion-MNIST images (a verified copy on disk first).
 
     Draws ``n_per_class`` images of each of the ten classes from ``split`` (rows grouped by
     class; the draw depends on ``seed``). View 0: the 784 pixels scaled to [0, 1]; view 1:
     HOG-like histograms (7 × 7 cells of 4 × 4 pixels, 9 unsigned orientation bins, 441
     features); view 2: 256 random ReLU features of the 2 × 2-average-pooled image (a fixed
     Gaussian map, seed 1234, the same for every draw). Returns ``views`` and ``labels (n,)``.
+    The images come from :func:`localbook.fashion_mnist.load_fashion_mnist`: a verified copy
+    on disk, else (only when ``download`` is true) the official files, downloaded and checked.
     """
     from .fashion_mnist import load_fashion_mnist
 
@@ -469,9 +472,7 @@ def make_fashion_views(
         n_per_class, "n_per_class", minimum=2, maximum=1000
     )
     dtype = dtype or torch.get_default_dtype()
-    images, target = load_fashion_mnist(
-        split
-    )  # disk first; the checked download in Colab
+    images, target = load_fashion_mnist(split, download=download)
     images = torch.as_tensor(images).to(dtype) / 255.0
     target = torch.as_tensor(target).long()
     keep = _balanced_subset(target, n_per_class, seed)

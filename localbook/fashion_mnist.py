@@ -23,13 +23,16 @@ import gzip
 import hashlib
 import os
 import tempfile
+import time
 import urllib.request
+import warnings
+import zlib
 from pathlib import Path
 from typing import Sequence, Tuple
 
 import numpy as np
 
-from ._validate import check_choice
+from ._validate import check_choice, check_positive_float
 
 __all__ = [
     "FASHION_MNIST_MD5",
@@ -110,7 +113,7 @@ def _content_sha256(path: Path) -> str:
         with opener(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
-    except (OSError, EOFError):  # a truncated or corrupt gzip stream
+    except (OSError, EOFError, zlib.error):  # a truncated or corrupt gzip stream
         return ""
     return h.hexdigest()
 
@@ -123,10 +126,35 @@ def _verified(path: Path, name: str) -> bool:
     return expected is not None and _content_sha256(path) == expected
 
 
+def _move_aside(path: Path) -> None:
+    """Keep a corrupt copy for inspection, out of the way: ``name.corrupt`` (one warning).
+
+    A read-only folder cannot be changed: the copy is skipped, and the warning says so."""
+    aside = path.with_name(path.name + ".corrupt")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        warnings.warn(
+            f"{path} is corrupt (its checksum matches no official file) and could not be "
+            f"moved aside ({exc.strerror or exc}); it is skipped",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    warnings.warn(
+        f"{path} is corrupt (its checksum matches no official file); it was moved to "
+        f"{aside.name} and the next source is tried",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def find_fashion_mnist_file(name: str, cache_dir=None):
     """The first verified copy of ``name`` on disk, or ``None`` (search order: module docstring).
 
-    A corrupt copy in a writable cache is removed; a corrupt system copy is skipped.
+    A corrupt copy in a writable folder is renamed ``name.corrupt`` with a warning (never
+    deleted); in a read-only folder, or the system copy, it is skipped (with a warning outside
+    the system folder). Either way the next folder is tried.
     """
     name = check_choice(name, "name", list(FASHION_MNIST_MD5))
     explicit = cache_dir is not None or bool(os.environ.get("LOCALBOOK_DATA"))
@@ -137,12 +165,20 @@ def find_fashion_mnist_file(name: str, cache_dir=None):
     folders += [] if explicit else [user_cache]
     for folder in folders:
         path = Path(folder) / name
-        if not path.is_file():
+        try:
+            if not path.is_file():
+                continue
+            if _verified(path, name):
+                return path
+        except OSError as exc:  # unreadable: say so, and try the next folder
+            warnings.warn(
+                f"{path} cannot be read ({exc}); it is skipped",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             continue
-        if _verified(path, name):
-            return path
         if Path(folder) not in map(Path, FASHION_MNIST_SYSTEM_DIRS):
-            path.unlink()  # a corrupt cached file: fetch again
+            _move_aside(path)
     return None
 
 
@@ -153,14 +189,17 @@ def fetch_fashion_mnist_file(
     download: bool = True,
     mirrors: Sequence[str] = FASHION_MNIST_MIRRORS,
     timeout: float = 60.0,
+    deadline: float = 900.0,
 ) -> Path:
     """Path of a verified official file ``name``: found on disk, else downloaded (if allowed).
 
     Copies on disk are searched as :func:`find_fashion_mnist_file` does and verified (published
-    gzip md5 or decompressed SHA-256); a corrupt cached one is removed and fetched again. A download goes to a temporary file in the cache folder, is verified, and is
-    renamed into place only when its md5 matches; otherwise the temporary file is deleted and a
-    ``RuntimeError`` gives the expected and the received checksum. Network errors move on to the
-    next mirror; when every mirror fails an ``OSError`` lists them.
+    gzip md5 or decompressed SHA-256); a corrupt one is moved aside and the next source tried.
+    A download goes to a temporary file in the cache folder, is verified, and is renamed into
+    place only when it verifies; otherwise the temporary file is deleted and the next mirror is
+    tried. ``timeout`` (seconds) bounds each network operation, ``deadline`` (seconds) the whole
+    download over every mirror. When no mirror delivers, a ``RuntimeError`` gives the checksums
+    received (if any mirror served a wrong file), else an ``OSError`` lists the mirrors' errors.
     """
     name = check_choice(name, "name", list(FASHION_MNIST_MD5))
     expected = FASHION_MNIST_MD5[name]
@@ -175,10 +214,15 @@ def fetch_fashion_mnist_file(
             f"{name} was not found (searched {', '.join(searched)}) and download=False; install "
             "Debian's dataset-fashion-mnist, copy the official file there, or call with download=True"
         )
+    deadline = check_positive_float(deadline, "deadline")
     folder.mkdir(parents=True, exist_ok=True)
-    errors = []
+    errors, mismatches = [], []
+    stop_at = time.monotonic() + deadline
     for base in mirrors:
         url = base + name
+        if time.monotonic() > stop_at:
+            errors.append(f"{url}: not tried, the {deadline:g} s deadline had passed")
+            continue
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
         try:
             h = hashlib.md5()
@@ -187,21 +231,29 @@ def fetch_fashion_mnist_file(
                     for block in iter(lambda: response.read(1 << 20), b""):
                         h.update(block)
                         out.write(block)
+                        if time.monotonic() > stop_at:
+                            raise TimeoutError(f"the {deadline:g} s deadline passed")
             got = h.hexdigest()
             if got != expected and _content_sha256(
                 Path(tmp)
             ) != FASHION_MNIST_SHA256.get(name):
-                raise RuntimeError(
-                    f"checksum mismatch for {name} from {url}: md5 {got}, expected {expected} "
-                    "(the published value); the download was discarded"
-                )
+                mismatches.append(f"{url}: md5 {got}")
+                continue
             os.replace(tmp, final)
             return final
-        except OSError as exc:  # network trouble: try the next mirror
+        except OSError as exc:  # network trouble (TimeoutError included): next mirror
             errors.append(f"{url}: {exc}")
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+    if mismatches:
+        raise RuntimeError(
+            f"checksum mismatch for {name}: expected md5 {expected} (the published value), "
+            "received "
+            + "; ".join(mismatches)
+            + " (every download was discarded)"
+            + ("; other mirrors failed: " + "; ".join(errors) if errors else "")
+        )
     raise OSError(
         f"could not download {name} from any mirror:\n  " + "\n  ".join(errors)
     )
@@ -216,7 +268,10 @@ def read_idx(path) -> np.ndarray:
     path = Path(path)
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ValueError(f"{path.name} is not a valid gzip file ({exc})") from exc
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
         raise ValueError(
             f"{path.name} is not an unsigned-byte IDX file (bad magic number {raw[:4].hex()})"

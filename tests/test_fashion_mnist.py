@@ -97,15 +97,109 @@ def test_corrupt_cache_is_replaced_and_network_errors_try_next_mirror(
 ):
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(b"garbage")
-    path = fm.fetch_fashion_mnist_file(
-        "t10k-labels-idx1-ubyte.gz", tmp_path, mirrors=("http://down/", "http://ok/x/")
-    )
+    with pytest.warns(
+        RuntimeWarning, match="moved to t10k-labels-idx1-ubyte.gz.corrupt"
+    ):
+        path = fm.fetch_fashion_mnist_file(
+            "t10k-labels-idx1-ubyte.gz",
+            tmp_path,
+            mirrors=("http://down/", "http://ok/x/"),
+        )
     np.testing.assert_array_equal(fm.read_idx(path), labels)
+    # the corrupt copy is kept for inspection, never deleted
+    assert (tmp_path / "t10k-labels-idx1-ubyte.gz.corrupt").read_bytes() == b"garbage"
     opener.payloads.clear()
     (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(OSError, match="any mirror"):
         fm.fetch_fashion_mnist_file("t10k-labels-idx1-ubyte.gz", tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["t10k-labels-idx1-ubyte.gz.corrupt"]
+
+
+def test_a_corrupt_gzip_stream_is_a_clear_error_or_a_skipped_copy(
+    monkeypatch, tmp_path
+):
+    imgs, labels, opener = _small_split(monkeypatch, tmp_path)
+    name = "t10k-images-idx3-ubyte.gz"
+    good = opener.payloads[name]
+    damaged = good[:20] + bytes(b ^ 0x55 for b in good[20:60]) + good[60:]
+    bad = tmp_path / "damaged.gz"
+    bad.write_bytes(damaged)
+    with pytest.raises(ValueError, match="not a valid gzip file"):
+        fm.read_idx(bad)  # was a raw zlib.error
+    monkeypatch.setitem(fm.FASHION_MNIST_SHA256, name, _sha256_content(good))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / name).write_bytes(damaged)
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        assert fm.find_fashion_mnist_file(name, mine) is None
+    assert (mine / (name + ".corrupt")).exists() and not (mine / name).exists()
+
+
+def test_a_read_only_data_folder_with_a_corrupt_copy_falls_through_to_the_system_copy(
+    monkeypatch, tmp_path
+):
+    imgs, labels, opener = _small_split(monkeypatch, tmp_path)
+    name = "t10k-images-idx3-ubyte.gz"
+    mine = tmp_path / "data" / "fashion-mnist"
+    mine.mkdir(parents=True)
+    (mine / name).write_bytes(b"garbage")
+    system = tmp_path / "system"
+    system.mkdir()
+    (system / name).write_bytes(opener.payloads[name])
+    monkeypatch.setattr(fm, "FASHION_MNIST_SYSTEM_DIRS", (system,))
+    monkeypatch.setenv("LOCALBOOK_DATA", str(tmp_path / "data"))
+
+    def read_only(src, dst):  # EROFS: tests run as root, where chmod does not bind
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(fm.os, "replace", read_only)
+    with pytest.warns(RuntimeWarning, match="could not be moved aside"):
+        found = fm.find_fashion_mnist_file(name)
+    assert found == system / name
+    assert (mine / name).read_bytes() == b"garbage"  # left as it was
+    assert opener.calls == []
+
+
+def test_a_wrong_file_from_one_mirror_tries_the_next(monkeypatch, tmp_path):
+    imgs, labels, opener = _small_split(monkeypatch, tmp_path)
+    name = "t10k-labels-idx1-ubyte.gz"
+    good = opener.payloads[name]
+
+    def opener_wrong_first(url, timeout=None):
+        opener.calls.append(url)
+        return io.BytesIO(b"not the file" if "//first/" in url else good)
+
+    monkeypatch.setattr(fm, "_urlopen", opener_wrong_first)
+    path = fm.fetch_fashion_mnist_file(
+        name, tmp_path, mirrors=("http://first/", "http://second/")
+    )
+    np.testing.assert_array_equal(fm.read_idx(path), labels)
+    assert opener.calls == ["http://first/" + name, "http://second/" + name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_the_whole_download_has_a_deadline(monkeypatch, tmp_path):
+    imgs, labels, opener = _small_split(monkeypatch, tmp_path)
+    clock = iter(range(0, 10_000, 100))  # every reading of the clock: 100 s later
+    monkeypatch.setattr(fm.time, "monotonic", lambda: next(clock))
+    with pytest.raises(OSError, match="deadline"):
+        fm.fetch_fashion_mnist_file(
+            "t10k-labels-idx1-ubyte.gz",
+            tmp_path,
+            mirrors=("http://a/", "http://b/", "http://c/"),
+            deadline=150.0,
+        )
     assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="deadline"):
+        fm.fetch_fashion_mnist_file("t10k-labels-idx1-ubyte.gz", tmp_path, deadline=0)
+
+
+def test_make_fashion_views_does_not_download_when_told(monkeypatch, tmp_path):
+    opener = _FakeOpener({})
+    monkeypatch.setattr(fm, "_urlopen", opener)
+    with pytest.raises(FileNotFoundError, match="download=False"):
+        lb.datasets.make_fashion_views(n_per_class=2, download=False)
+    assert opener.calls == []
 
 
 def test_no_download_when_not_allowed(monkeypatch, tmp_path):
