@@ -12,13 +12,17 @@ leave-one-out error of Nadaraya–Watson,
 differentiable in ``A``; :func:`fit_metric` minimizes it with L-BFGS and, by default, stops early on
 an internal held-out split, because a full-rank ``A`` can overfit the leave-one-out objective.
 
-Adaptive bandwidths for density estimation: the *balloon* estimator (:func:`balloon_kde`) widens
-the kernel at the query (``h(q)`` = distance to the ``k``-th nearest point, via
-:func:`localbook.knn_bandwidth`); the *sample-point* estimator (:func:`sample_point_kde`) gives each
-data point its own width, by Abramson's square-root law (:func:`abramson_bandwidths`)
-:math:`h_i = h\,(\tilde p(x_i)/g)^{-1/2}` with a pilot density :math:`\tilde p` and :math:`g` the
-geometric mean of the :math:`\tilde p(x_i)`. A sample-point estimate is a mixture of normalized
-kernels, so it integrates to one; a balloon estimate in general does not.
+Adaptive bandwidths for density estimation (the names *balloon* and *sample-point* are Terrell &
+Scott's, 1992): the *balloon* estimator (:func:`balloon_kde`) widens the kernel at the query
+(``h(q)`` = distance to the ``k``-th nearest point, via :func:`localbook.knn_bandwidth`, as in the
+nearest-neighbour estimator of Loftsgaarden & Quesenberry, 1965); the *sample-point* estimator
+(:func:`sample_point_kde`), the variable kernel of Breiman, Meisel & Purcell (1977), gives each
+data point its own width. Here the widths follow the adaptive kernel estimator of Silverman
+(1986, §5.3), :func:`abramson_bandwidths`: :math:`h_i = h\,(\tilde p(x_i)/g)^{-\alpha}` with a
+pilot density :math:`\tilde p` and :math:`g` the geometric mean of the :math:`\tilde p(x_i)`;
+``α = 1/2`` is Abramson's (1982) square-root law :math:`h_i \propto p(x_i)^{-1/2}`. A
+sample-point estimate is a mixture of normalized kernels, so it integrates to one; a balloon
+estimate in general does not.
 """
 
 from __future__ import annotations
@@ -135,15 +139,34 @@ def _initial_metric(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.diag(1.0 / s) / h0
 
 
-def _optimize(A0, x_fit, y_fit, val, *, max_iter, check_every, patience, budget):
-    """L-BFGS on the MLKR loss from ``A0``; with ``val = (x_val, y_val)`` early stopping."""
-    A = A0.detach().clone(memory_format=torch.contiguous_format).requires_grad_(True)
+def _optimize(
+    A0,
+    x_fit,
+    y_fit,
+    val,
+    *,
+    max_iter,
+    check_every,
+    patience,
+    budget,
+    diagonal=False,
+    info=None,
+):
+    """L-BFGS on the MLKR loss from ``A0``; with ``val = (x_val, y_val)`` early stopping.
+
+    ``diagonal=True`` optimizes the diagonal of ``A0`` only (the matrix ``diag(a)``). ``info``,
+    a dict, receives ``n_iter`` (iterations run), ``best_iter`` (the returned iterate's) and,
+    with early stopping, ``val_errors`` (the held-out errors checked, the start's first).
+    """
+    to_A = torch.diag if diagonal else (lambda p: p)
+    start = torch.diagonal(A0) if diagonal else A0
+    p = start.detach().clone(memory_format=torch.contiguous_format).requires_grad_(True)
     m = x_fit.shape[0]
     # max_eval must be set with max_iter: torch's default, max_iter * 5 // 4, is 1 for one
     # iteration per step, which leaves the strong-Wolfe line search no evaluations at all
     # (and, when max_iter is raised afterwards, stops L-BFGS after a single iteration)
     opt = torch.optim.LBFGS(
-        [A],
+        [p],
         lr=1.0,
         max_iter=check_every,
         max_eval=25 * check_every,
@@ -155,31 +178,37 @@ def _optimize(A0, x_fit, y_fit, val, *, max_iter, check_every, patience, budget)
 
     def closure():
         opt.zero_grad()
-        loss = mlkr_loss(A, x_fit, y_fit, budget=budget) / m
+        loss = mlkr_loss(to_A(p), x_fit, y_fit, budget=budget) / m
         loss.backward()
         return loss
 
+    info = {} if info is None else info
     if val is None:
         opt.param_groups[0]["max_iter"] = max_iter
         opt.param_groups[0]["max_eval"] = 25 * max_iter
         opt.step(closure)
-        return A.detach()
-    best = A.detach().clone()
+        info["n_iter"] = info["best_iter"] = int(opt.state[p].get("n_iter", 0))
+        return to_A(p.detach())
+    best = to_A(p.detach().clone())
     best_err = _validation_error(best, x_fit, y_fit, *val)
+    errors, best_iter = [best_err], 0
     stale, used = 0, 0
     while used < max_iter and stale < patience:
-        before = A.detach().clone()
+        before = p.detach().clone()
         opt.step(closure)
         used += check_every
-        if not bool(torch.isfinite(A).all()):
+        if not bool(torch.isfinite(p).all()):
             break
-        err = _validation_error(A.detach(), x_fit, y_fit, *val)
+        A = to_A(p.detach())
+        err = _validation_error(A, x_fit, y_fit, *val)
+        errors.append(err)
         if err < best_err:
-            best, best_err, stale = A.detach().clone(), err, 0
+            best, best_err, best_iter, stale = A.clone(), err, used, 0
         else:
             stale += 1
-        if torch.equal(before, A.detach()):  # L-BFGS has converged
+        if torch.equal(before, p.detach()):  # L-BFGS has converged
             break
+    info.update(n_iter=used, best_iter=best_iter, val_errors=errors)
     return best
 
 
@@ -195,14 +224,18 @@ def fit_metric(
     check_every: int = 1,
     patience: int = 10,
     init=None,
+    diagonal: bool = False,
+    return_info: bool = False,
     budget: Optional[int] = None,
-) -> torch.Tensor:
+):
     r"""Learn ``A (k, d)`` for :math:`K(x, x') = \exp(-\lVert A(x - x')\rVert^2/2)` by MLKR.
 
     Minimizes :func:`mlkr_loss` (divided by the number of points) with L-BFGS (strong-Wolfe line
     search), starting from ``init`` or, by default, from the Euclidean kernel on standardized
     features at the leave-one-out-best bandwidth, ``diag(1/s)/h0``. For ``n_components = k < d``
     the default start is the rank-``k`` truncation (SVD) of the full-rank metric fitted first.
+    With ``diagonal=True`` only a diagonal ``A = diag(a)`` is learned, one bandwidth
+    :math:`1/a_j` per feature (``d`` parameters; ``init``, if given, must be diagonal).
 
     With ``early_stopping=True`` (the default) a random ``validation_fraction`` of the points
     (chosen with ``seed``) is held out: L-BFGS runs on the rest, after every ``check_every``
@@ -212,6 +245,11 @@ def fit_metric(
     This guards against the overfitting of a full-rank ``A`` to the leave-one-out objective.
     With ``early_stopping=False`` all points are used for ``max_iter`` iterations. Predict with
     ``nadaraya_watson(x_query @ A.T, x @ A.T, y, 1.0)``.
+
+    With ``return_info=True`` returns ``(A, info)``, ``info`` a dict: ``init`` (the start of
+    the last optimization), ``n_iter`` (its L-BFGS iterations), ``best_iter`` (the iteration
+    of the returned ``A``, 0 for the start) and, with early stopping, ``val_errors`` (the
+    held-out mean squared errors checked, the start's first).
     """
     x = check_points(x, "x")
     y2, _ = check_targets(y, x.shape[0], like=x)
@@ -223,9 +261,16 @@ def fit_metric(
     )
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
-    if not isinstance(early_stopping, bool):
-        raise TypeError(
-            f"early_stopping must be a bool, got {type(early_stopping).__name__}"
+    for flag, name in (
+        (early_stopping, "early_stopping"),
+        (diagonal, "diagonal"),
+        (return_info, "return_info"),
+    ):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if diagonal and k < d:
+        raise ValueError(
+            f"n_components must be None or {d} with diagonal=True, got {n_components}"
         )
     frac = check_fraction(validation_fraction, "validation_fraction")
     opts = dict(
@@ -245,6 +290,8 @@ def fit_metric(
         A0 = _check_matrix(as_tensor(init, "init", like=x, ndim=(2,)), d, "init")
         if A0.shape[0] != k:
             raise ValueError(f"init has {A0.shape[0]} row(s) but n_components is {k}")
+        if diagonal and not torch.equal(A0, torch.diag(torch.diagonal(A0))):
+            raise ValueError("init must be a diagonal matrix with diagonal=True")
 
     if early_stopping:
         g = torch.Generator().manual_seed(seed)
@@ -260,7 +307,9 @@ def fit_metric(
             full = _optimize(A0, x_fit, y_fit, val, **opts)
             _, sv, vh = torch.linalg.svd(full, full_matrices=False)
             A0 = sv[:k, None] * vh[:k]
-    return _optimize(A0, x_fit, y_fit, val, **opts)
+    info = {"init": A0.detach().clone()}
+    A = _optimize(A0, x_fit, y_fit, val, diagonal=diagonal, info=info, **opts)
+    return (A, info) if return_info else A
 
 
 # --- adaptive bandwidths ------------------------------------------------------------------------
@@ -285,7 +334,11 @@ def abramson_bandwidths(
     pilot_bandwidth=None,
     kernel: str = "gaussian",
 ) -> torch.Tensor:
-    r"""Per-point bandwidths :math:`h_i = h\,(\tilde p(x_i)/g)^{-\alpha}`, ``(n,)``; Abramson: ``α = 1/2``.
+    r"""Adaptive bandwidths :math:`h_i = h\,(\tilde p(x_i)/g)^{-\alpha}`, ``(n,)``.
+
+    Silverman's (1986, §5.3) adaptive kernel estimator: a pilot estimate :math:`\tilde p`,
+    sensitivity ``alpha``; ``alpha = 1/2`` (the default) is Abramson's (1982) square-root law
+    :math:`h_i \propto p(x_i)^{-1/2}`, stated there for the true density :math:`p`.
 
     ``pilot`` is either ``None`` — the pilot is the fixed-bandwidth :func:`localbook.kde` with
     ``pilot_bandwidth`` (default ``bandwidth``), evaluated at the data — or an ``(n,)`` array of
@@ -335,7 +388,9 @@ def sample_point_kde(
 ) -> torch.Tensor:
     r"""Sample-point (variable) KDE :math:`\hat p(q) = \frac1n\sum_i \frac{1}{c\,h_i^d}\,k(\lVert q - x_i\rVert/h_i)`.
 
-    The :math:`h_i` come from :func:`abramson_bandwidths` (arguments ``pilot``, ``alpha``,
+    The variable kernel estimator of Breiman, Meisel & Purcell (1977), who took :math:`h_i`
+    proportional to the distance from :math:`x_i` to its ``k``-th nearest neighbour; here
+    the :math:`h_i` come from :func:`abramson_bandwidths` (arguments ``pilot``, ``alpha``,
     ``pilot_bandwidth`` as there); a flat pilot (equal values) or ``alpha = 0`` gives
     :func:`localbook.kde` with bandwidth ``h``. Each term is a normalized density, so
     :math:`\hat p` integrates to one. Shapes: ``x_query (m, d)``, ``x (n, d)``; returns ``(m,)``
@@ -376,6 +431,8 @@ def balloon_kde(
 ) -> torch.Tensor:
     r"""Balloon KDE :math:`\hat p(q) = \frac{1}{n\,c\,h(q)^d}\sum_i k(\lVert q - x_i\rVert/h(q))`.
 
+    Terrell & Scott's (1992) name for a bandwidth attached to the query; with the uniform
+    kernel it is the nearest-neighbour density estimator of Loftsgaarden & Quesenberry (1965).
     The bandwidth belongs to the query: :math:`h(q) = \text{scale}\cdot d_k(q)`, the distance to
     the ``n_neighbors``-th nearest data point (:func:`localbook.knn_bandwidth`, the same width
     :func:`localbook.adaptive_nadaraya_watson` uses). At each query it is a proper KDE, but as a

@@ -329,3 +329,95 @@ def test_bad_inputs():
         lb.balloon_kde(x, x, 11)
     with pytest.raises(ValueError, match="scale"):
         lb.balloon_kde(x, x, 3, scale=0.0)
+
+
+# --- diagonal metric and fit information ----------------------------------------------------
+def test_diagonal_gradient_is_the_full_gradient_restricted():
+    # for A = diag(a), dL/da_j = (dL/dA)_jj (chain rule); and gradcheck against differences
+    x, y = data(n=20, d=3, seed=4)
+    a = torch.tensor([0.7, 1.3, 0.4], dtype=F64, requires_grad=True)
+    (g_diag,) = torch.autograd.grad(lb.mlkr_loss(torch.diag(a), x, y), a)
+    A = torch.diag(a.detach()).requires_grad_(True)
+    (g_full,) = torch.autograd.grad(lb.mlkr_loss(A, x, y), A)
+    torch.testing.assert_close(g_diag, torch.diagonal(g_full), rtol=1e-12, atol=1e-12)
+    assert float(g_full.abs().max()) > 1e-6  # a non-trivial gradient
+    assert torch.autograd.gradcheck(
+        lambda v: lb.mlkr_loss(torch.diag(v), x, y), (a,), eps=1e-6, atol=1e-6
+    )
+
+
+def test_fit_metric_diagonal_converges_to_a_restricted_stationary_point():
+    x, y = _make(60, 4, 0, "few")
+    A, info = lb.fit_metric(
+        x, y, diagonal=True, early_stopping=False, max_iter=200, return_info=True
+    )
+    assert A.shape == (4, 4)
+    assert torch.equal(A, torch.diag(torch.diagonal(A)))  # exactly diagonal
+    A0 = info["init"]
+    torch.testing.assert_close(A0, lb.metric._initial_metric(x, y))
+    assert float(lb.mlkr_loss(A, x, y)) < 0.9 * float(lb.mlkr_loss(A0, x, y))
+
+    # the diagonal of the full gradient vanishes (stationary in the d diagonal parameters)
+    # while the off-diagonal part need not: the full fit, restricted to diagonal A
+    def grad_at(B):
+        B = B.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(lb.mlkr_loss(B, x, y) / len(x), B)
+        return g
+
+    g0, g = grad_at(A0), grad_at(A)
+    assert float(torch.diagonal(g).abs().max()) < 1e-5 * float(g0.abs().max())
+    assert float((g - torch.diag(torch.diagonal(g))).abs().max()) > 1e-3 * float(
+        g0.abs().max()
+    )
+
+
+def test_fit_metric_diagonal_matches_scipy_minimizer():
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+    x, y = _make(40, 2, 3, "few")
+    A0 = lb.metric._initial_metric(x, y)
+
+    def f(a):
+        return float(lb.mlkr_loss(torch.diag(torch.as_tensor(a)), x, y)) / len(x)
+
+    ref = scipy_optimize.minimize(
+        f,
+        torch.diagonal(A0).numpy(),
+        method="Nelder-Mead",
+        options=dict(xatol=1e-10, fatol=1e-14, maxiter=4000),
+    )
+    A = lb.fit_metric(x, y, diagonal=True, early_stopping=False, max_iter=200)
+    assert abs(f(torch.diagonal(A).numpy()) - ref.fun) <= 1e-8 * ref.fun
+    np.testing.assert_allclose(
+        np.abs(torch.diagonal(A).numpy()), np.abs(ref.x), rtol=1e-3
+    )
+
+
+def test_fit_metric_info_reports_the_early_stopping_choice():
+    x, y = _make(80, 5, 2, "few")
+    A, info = lb.fit_metric(x, y, seed=1, return_info=True)
+    errs = info["val_errors"]
+    assert len(errs) == info["n_iter"] + 1  # the start and one check per iteration
+    assert errs[info["best_iter"]] == min(errs)
+    rel = float((A - info["init"]).norm() / info["init"].norm())
+    assert (rel == 0.0) == (info["best_iter"] == 0)
+    Ad, infod = lb.fit_metric(x, y, seed=1, diagonal=True, return_info=True)
+    assert torch.equal(Ad, torch.diag(torch.diagonal(Ad)))
+    assert infod["val_errors"][infod["best_iter"]] == min(infod["val_errors"])
+    torch.testing.assert_close(lb.fit_metric(x, y, seed=1), A)  # same A without info
+
+
+def test_fit_metric_diagonal_far_better_when_few_axis_features_matter():
+    ratios = [_ratio("few", 10, s, diagonal=True)[0] for s in range(2)]
+    assert max(ratios) < 0.6
+
+
+def test_fit_metric_diagonal_bad_inputs():
+    x, y = data(n=10)
+    with pytest.raises(ValueError, match="n_components"):
+        lb.fit_metric(x, y, n_components=2, diagonal=True)
+    with pytest.raises(ValueError, match="init"):
+        lb.fit_metric(x, y, diagonal=True, init=torch.ones(3, 3, dtype=F64))
+    with pytest.raises(TypeError, match="diagonal"):
+        lb.fit_metric(x, y, diagonal="yes")
+    with pytest.raises(TypeError, match="return_info"):
+        lb.fit_metric(x, y, return_info=1)
