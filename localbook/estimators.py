@@ -126,7 +126,8 @@ class NadarayaWatsonRegressor(_LocalSmoother):
 class LocalLinearRegressor(_LocalSmoother):
     """Local linear regression: a kernel-weighted least-squares line at each query.
 
-    Same parameters as :class:`NadarayaWatsonRegressor`; see :func:`localbook.local_linear`.
+    Same parameters as :class:`NadarayaWatsonRegressor`; see :func:`localbook.local_linear`
+    (the weighted least-squares solve, with ``numpy.linalg.lstsq``'s default cutoff).
     """
 
     _method = "ll"

@@ -71,6 +71,26 @@ def test_nadaraya_watson_regressor_against_a_direct_numpy_sum():
     )
 
 
+def test_local_linear_regressor_is_weighted_least_squares_when_ill_conditioned():
+    """A thin cloud (spread 1e-4 across): the prediction is numpy lstsq's per query, to the
+    first-order rounding estimate n·u·(κ(‖β‖ + ‖b‖/‖A‖) + κ²‖r‖/‖A‖)."""
+    rng = np.random.default_rng(2)
+    X = np.c_[rng.normal(size=80), 1e-4 * rng.normal(size=80)] + 50.0
+    y = X[:, 0] + 3e3 * (X[:, 1] - 50.0) + 0.1 * rng.normal(size=80)
+    Xq = X[:6] + [0.2, 5e-5]
+    pred = LocalLinearRegressor(bandwidth=0.5).fit(X, y).predict(Xq)
+    for p, t in zip(pred, Xq):
+        sw = np.exp(-0.25 * (((X - t) / 0.5) ** 2).sum(1))
+        A = np.c_[np.ones(len(X)), (X - t) / 0.5] * sw[:, None]
+        b = y * sw
+        beta = np.linalg.lstsq(A, b, rcond=None)[0]
+        sv = np.linalg.svd(A, compute_uv=False)
+        kap, r = sv[0] / sv[-1], np.linalg.norm(b - A @ beta)
+        size = kap * (np.linalg.norm(beta) + np.linalg.norm(b) / sv[0])
+        tol = len(X) * EPS * (size + kap**2 * r / sv[0])
+        assert kap > 1e3 and abs(p - beta[0]) <= tol
+
+
 def test_multi_output_regression_keeps_the_columns():
     X, y = _data()
     Y = np.stack([y, -2 * y], axis=1)

@@ -445,3 +445,25 @@ def test_half_precision_is_computed_in_float32_and_returned_in_its_dtype(
     torch.testing.assert_close(
         dens.double(), dens_ref, rtol=torch.finfo(dtype).eps, atol=0
     )
+
+
+@pytest.mark.parametrize("offset", [1e3, 1e6])
+def test_scaled_sq_dist_keeps_its_precision_far_from_the_origin(offset):
+    """float32 data at a large offset: both sets are centred on the data's midrange before
+    |a|² + |b|² − 2a·b, so the error is rounding at the scale of the spread (here ≤ 2)."""
+    g = torch.Generator().manual_seed(0)
+    x = (offset + torch.rand(200, 3, generator=g, dtype=torch.float64)).float()
+    q = (offset + torch.rand(30, 3, generator=g, dtype=torch.float64)).float()
+    h = torch.ones(3)
+    # the oracle: direct differences of the same float32 numbers, in float64
+    direct = ((q.double()[:, None, :] - x.double()[None, :, :]) ** 2).sum(-1)
+    spread2 = float(
+        ((torch.cat([x, q]).double() - offset).abs().max(0).values ** 2).sum()
+    )
+    u = torch.finfo(torch.float32).eps
+    tol = 8 * u * spread2  # a few roundings of terms of size ≤ the spread²
+    got = scaled_sq_dist(q, x, h)
+    assert float((got.double() - direct).abs().max()) <= tol
+    # without the centring the same float32 expansion loses everything at this offset
+    raw = (q * q).sum(1)[:, None] + (x * x).sum(1)[None, :] - 2 * q @ x.T
+    assert float((raw.double() - direct).abs().max()) > 100 * tol

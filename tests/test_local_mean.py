@@ -489,3 +489,137 @@ def test_local_linear_in_half_precision_works_in_float32(dtype):
     assert ell.dtype == dtype
     ref_ell = lb.equivalent_kernel(q.double(), x.double(), 0.3)
     assert float((ell.double() - ref_ell).abs().max()) <= torch.finfo(dtype).eps
+
+
+# ---------------------------------------------------- local linear = weighted least squares
+def _ill_posed_cloud(rng, n, d, log_cond):
+    """An anisotropic cloud (spreads 1 … 10^-log_cond, rotated) offset from the origin."""
+    scales = np.logspace(0, -log_cond, d) if d > 1 else np.ones(1)
+    rot, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    x = (rng.normal(size=(n, d)) * scales) @ rot.T + 3.0
+    y = np.sin(x @ rng.normal(size=d)) + 0.1 * rng.normal(size=n)
+    q = x[rng.integers(0, n, 4)] + 0.3 * (rng.normal(size=(4, d)) * scales) @ rot.T
+    return x, y, q
+
+
+def _lstsq_at(t, x, y, h, centre=None, rcond=None):
+    """Per-query oracle: numpy.linalg.lstsq on the Gaussian-weighted design, evaluated at t.
+
+    ``centre=None`` centres the design at the query (the textbook form); otherwise at the
+    given point, with the prediction read off the fitted plane at ``t``. Returns the fit
+    and the first-order rounding scale of the least-squares perturbation bound,
+    κ(‖β‖ + ‖b‖/‖A‖) + κ²‖r‖/‖A‖ (times the unit roundoff and n in the caller)."""
+    w = np.exp(-0.5 * (((x - t) / h) ** 2).sum(1))
+    w = w / w.max()
+    c = t if centre is None else centre
+    sw = np.sqrt(w)
+    A = np.c_[np.ones(len(x)), (x - c) / h] * sw[:, None]
+    b = y * sw
+    beta = np.linalg.lstsq(A, b, rcond=rcond)[0]
+    sv = np.linalg.svd(A, compute_uv=False)
+    kap, norm_a = sv[0] / sv[-1], sv[0]
+    r = np.linalg.norm(b - A @ beta)
+    scale = kap * (np.linalg.norm(beta) + np.linalg.norm(b) / norm_a)
+    scale += kap**2 * r / norm_a
+    return beta[0] + beta[1:] @ ((t - c) / h), scale, kap
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.floats(0.0, 7.0),
+    st.sampled_from([np.float32, np.float64]),
+    st.integers(0, 2**16),
+)
+def test_local_linear_equals_numpy_lstsq_per_query(d, log_cond, dtype, seed):
+    """local_linear is the weighted least-squares fit, to the rounding error of the problem."""
+    x, y, q = _ill_posed_cloud(np.random.default_rng(seed), 60, d, log_cond)
+    # the oracle sees the same (rounded) numbers
+    x, y, q = (a.astype(dtype).astype(np.float64) for a in (x, y, q))
+    h = 0.7
+    got = lb.local_linear(q.astype(dtype), x.astype(dtype), y.astype(dtype), h)
+    assert got.dtype == torch.float32 if dtype == np.float32 else torch.float64
+    u = np.finfo(dtype).eps
+    for a, t in enumerate(q):
+        ref, scale, kap = _lstsq_at(t, x, y, h)
+        if kap * u > 1e-3:  # no digit is determined: nothing to compare
+            continue
+        tol = 4 * len(x) * u * scale
+        assert abs(float(got[a]) - ref) <= tol, (float(got[a]), ref, tol, kap)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 4), st.integers(1, 3), st.integers(0, 2**16))
+def test_rank_deficient_local_linear_is_lstsq_minimum_norm(d, rank, seed):
+    """Below the cutoff: numpy lstsq's minimum-norm solution on the design centred at the
+    local mean, with the same rcond; slope directions without spread are dropped."""
+    rng = np.random.default_rng(seed)
+    rank = min(rank, d - 1)
+    basis = np.linalg.qr(rng.normal(size=(d, d)))[0][:, :rank]  # data on a flat
+    x = rng.normal(size=(40, rank)) @ basis.T + 2.0
+    y = rng.normal(size=40)
+    q = x[:3] + 0.2 * rng.normal(size=(3, d))  # queries off the flat
+    h = 0.8
+    got = lb.local_linear(q, x, y, h)
+    rcond = np.finfo(np.float64).eps * max(len(x), d + 1)
+    for a, t in enumerate(q):
+        w = np.exp(-0.5 * (((x - t) / h) ** 2).sum(1))
+        zbar = (w @ x) / w.sum()
+        ref, _, _ = _lstsq_at(t, x, y, h, centre=zbar, rcond=rcond)
+        assert abs(float(got[a]) - ref) <= 1e3 * len(x) * 2.2e-16 * np.abs(y).max()
+    # the same as local linear on the flat's coordinates: for the Gaussian kernel the
+    # distance to the flat only multiplies every weight by the same factor
+    coords = (x - 2.0) @ basis
+    torch.testing.assert_close(
+        got, lb.local_linear((q - 2.0) @ basis, coords, y, h), rtol=1e-9, atol=1e-9
+    )
+
+
+def test_one_effective_neighbour_gives_the_local_mean():
+    x = np.array([[0.0, 0.0, 0.0], [5.0, 5.0, 5.0]])
+    y = np.array([2.0, 7.0])
+    for kernel in ("epanechnikov", "uniform", "biweight"):
+        out = lb.local_linear([[0.3, -0.2, 0.1]], x, y, 1.0, kernel=kernel)
+        torch.testing.assert_close(out, torch.tensor([2.0], dtype=torch.float64))
+
+
+def test_empty_window_in_3d_is_nan_with_the_warning_not_a_linalg_error():
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 1, (50, 3)), rng.normal(size=50)
+    q = np.array([[0.5, 0.5, 0.5], [9.0, 9.0, 9.0], [0.4, 0.6, 0.5]])
+    with pytest.warns(UserWarning, match="1 of 3 queries have no data point"):
+        out = lb.local_linear(q, x, y, 0.3, kernel="epanechnikov")
+    assert torch.isnan(out[1]) and torch.isfinite(out[[0, 2]]).all()
+    torch.testing.assert_close(
+        out[[0, 2]], lb.local_linear(q[[0, 2]], x, y, 0.3, kernel="epanechnikov")
+    )
+    with pytest.warns(UserWarning, match="1 of 3 queries"):
+        L = lb.equivalent_kernel(q, x, 0.3, kernel="epanechnikov")
+    assert torch.isnan(L[1]).all() and torch.isfinite(L[[0, 2]]).all()
+
+
+def test_rcond_is_numpys_and_validated():
+    rng = np.random.default_rng(3)
+    x = np.c_[rng.normal(size=30), 1e-6 * rng.normal(size=30)]  # spread 1e-6 bandwidths
+    y = x[:, 0] + 1e5 * x[:, 1] + 0.01 * rng.normal(size=30)
+    q = x[:2] + [0.1, 1e-6]
+    for rcond in (1e-9, 1e-3):  # keeps, then drops, the thin direction
+        got = lb.local_linear(q, x, y, 1.0, rcond=rcond)
+        for a, t in enumerate(q):
+            w = np.exp(-0.5 * ((x - t) ** 2).sum(1))
+            ref, _, _ = _lstsq_at(t, x, y, 1.0, centre=(w @ x) / w.sum(), rcond=rcond)
+            assert abs(float(got[a]) - ref) <= 1e-6
+    thin_kept = lb.local_linear(q, x, y, 1.0, rcond=1e-9)
+    thin_dropped = lb.local_linear(q, x, y, 1.0, rcond=1e-3)
+    assert float((thin_kept - thin_dropped).abs().max()) > 0.01
+    with pytest.raises(ValueError, match="rcond must be in"):
+        lb.local_linear(q, x, y, 1.0, rcond=2.0)
+    with pytest.raises(TypeError, match="rcond must be a number"):
+        lb.equivalent_kernel(q, x, 1.0, rcond="tiny")
+
+
+@pytest.mark.parametrize("n, d", [(2, 1), (3, 2), (4, 3)])
+def test_loo_bandwidth_with_n_at_most_d_plus_1_names_interpolation(n, d):
+    x = np.random.default_rng(0).normal(size=(n, d))
+    with pytest.raises(ValueError, match=r"interpolates them \(L_ii = 1\)"):
+        lb.select_bandwidth(x, np.arange(n, dtype=float), method="ll")
