@@ -249,7 +249,7 @@ def spurious_gaussian_data(
     d: int,
     alpha: float,
     generator: Optional[torch.Generator] = None,
-    counterpart: str = "zero",
+    counterpart: str = "resample",
     dtype=None,
     device=None,
 ):
@@ -258,9 +258,12 @@ def spurious_gaussian_data(
     :math:`x` and :math:`y` are independent and uniform on the spheres of radius :math:`\sqrt{d_x}`,
     :math:`\sqrt{d_y}` (so :math:`\|z\| = \sqrt d`); the label :math:`g = \mathrm{sign}(u^\top x)` with
     :math:`u = \mathbf 1/\sqrt{d_x}` depends on the core only. The spurious counterpart is
-    :math:`z^s = [0, y]` (``counterpart="zero"``, as in the experiments) or :math:`[\tilde x, y]` with a
-    fresh core :math:`\tilde x` (``"resample"``, same norm as :math:`z`). Returns ``Z (n, d)``,
-    ``g (n,)`` in {−1, +1}, ``Z_spurious (n, d)``.
+    :math:`z^s = [\tilde x, y]` with a fresh core :math:`\tilde x` drawn like :math:`x`
+    (``counterpart="resample"``, the default: the theorems' assumption, :math:`\|z^s\| = \sqrt d`)
+    or :math:`z^s = [0, y]` (``"zero"``, the protocol of the paper's images, where the core pixels
+    are erased; :math:`\|z^s\| = \sqrt{d_y}`). ``Z``, ``g`` and the generator's state after the
+    call do not depend on ``counterpart``.
+    Returns ``Z (n, d)``, ``g (n,)`` in {−1, +1}, ``Z_spurious (n, d)``.
     """
     n = check_positive_int(n, "n")
     d = check_positive_int(d, "d", minimum=2)
@@ -271,11 +274,9 @@ def spurious_gaussian_data(
     x = _sphere(n, dx, generator, dtype, device)
     y = _sphere(n, dy, generator, dtype, device)
     g = torch.where(x.sum(1) >= 0, 1.0, -1.0).to(dtype)
-    core = (
-        torch.zeros_like(x)
-        if counterpart == "zero"
-        else _sphere(n, dx, generator, dtype, device)
-    )
+    core = _sphere(n, dx, generator, dtype, device)  # drawn either way: same stream
+    if counterpart == "zero":
+        core = torch.zeros_like(x)
     return torch.cat([x, y], 1), g, torch.cat([core, y], 1)
 
 

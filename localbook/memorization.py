@@ -42,7 +42,7 @@ from ._validate import (
     check_positive_int,
     check_targets,
 )
-from .datasets import spurious_gaussian_data
+from .datasets import _spurious_dims, spurious_gaussian_data
 from .features import gaussian_weights, get_activation, ntk_kernel, random_features
 from .kernels import chunk_rows, iter_chunks
 
@@ -213,7 +213,11 @@ def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
 
 @dataclass
 class MemorizationCurve:
-    """Test and spurious accuracy of min-norm RF/NTK classifiers; arrays ``(n_alpha, n_N, n_seeds)``."""
+    """Test and spurious accuracy of min-norm RF/NTK classifiers; arrays ``(n_alpha, n_N, n_seeds)``.
+
+    ``spurious_accuracy`` is measured on the counterparts named by ``counterpart``;
+    ``spurious_accuracy_zero`` on the zeroed counterparts :math:`[0, y_i]` of the same fit (the
+    same tensor when ``counterpart="zero"``; ``None`` with a custom sampler)."""
 
     n_train: Tuple[int, ...]
     alpha: Tuple[float, ...]
@@ -221,11 +225,22 @@ class MemorizationCurve:
     activation: str
     test_accuracy: torch.Tensor
     spurious_accuracy: torch.Tensor
+    counterpart: str = "resample"
+    spurious_accuracy_zero: Optional[torch.Tensor] = None
 
     def summary(self, which: str = "spurious"):
-        """Mean and standard deviation over seeds, each ``(n_alpha, n_N)``."""
-        which = check_choice(which, "which", ["spurious", "test"])
-        a = self.spurious_accuracy if which == "spurious" else self.test_accuracy
+        """Mean and standard deviation over seeds, each ``(n_alpha, n_N)``; ``which`` is
+        ``"spurious"``, ``"spurious_zero"`` or ``"test"``."""
+        which = check_choice(which, "which", ["spurious", "spurious_zero", "test"])
+        a = {
+            "spurious": self.spurious_accuracy,
+            "spurious_zero": self.spurious_accuracy_zero,
+            "test": self.test_accuracy,
+        }[which]
+        if a is None:
+            raise ValueError(
+                "which='spurious_zero' needs the built-in Gaussian sampler (sampler=None)"
+            )
         return a.mean(-1), (
             a.std(-1) if a.shape[-1] > 1 else torch.zeros_like(a[..., 0])
         )
@@ -249,7 +264,7 @@ def memorization_curve(
     n_test: int = 500,
     seeds=(0, 1, 2),
     sampler=None,
-    counterpart: str = "zero",
+    counterpart: str = "resample",
     dtype=torch.float64,
 ) -> MemorizationCurve:
     r"""Spurious and test accuracy of the min-norm interpolator against ``N`` (and ``α``).
@@ -260,8 +275,13 @@ def memorization_curve(
     on the first ``N`` samples (RF or NTK kernel; ``θ₀ = 0``). *Test accuracy*: sign agreement
     on the ``n_test`` held-out samples; *spurious accuracy*: agreement of
     :math:`\mathrm{sign} f(z_i^s)` with :math:`g_i` on the ``N`` training samples.
+    ``counterpart`` (built-in sampler only): ``"resample"`` queries :math:`z_i^s = [\tilde x_i, y_i]`
+    with a fresh core (the theorems' assumption), ``"zero"`` queries :math:`[0, y_i]`; either way
+    ``spurious_accuracy_zero`` also holds the zeroed counterparts' accuracy from the same fit.
     """
     model = check_choice(model, "model", ["rf", "ntk"])
+    counterpart = check_choice(counterpart, "counterpart", ["resample", "zero"])
+    builtin = sampler is None
     act = get_activation(activation)
     ns = tuple(
         check_positive_int(v, "n_train")
@@ -287,6 +307,7 @@ def memorization_curve(
     n_max = max(ns)
     test = torch.empty(len(alphas), len(ns), len(seeds), dtype=dtype)
     spur = torch.empty_like(test)
+    spur0 = torch.empty_like(test) if builtin else None
     for ai, a in enumerate(alphas):
         for si, seed in enumerate(seeds):
             gen = torch.Generator().manual_seed(seed)
@@ -306,6 +327,12 @@ def memorization_curve(
             K = _gram(model, act, W, Ztr, Ztr, Ftr)
             Kte = _gram(model, act, W, Ztr, Zte, Ftr).T
             Ksp = _gram(model, act, W, Ztr, Zsp, Ftr).T
+            if builtin and counterpart == "resample":
+                dx = _spurious_dims(Z.shape[1], a)[0]
+                Z0 = torch.cat([torch.zeros_like(Zsp[:, :dx]), Zsp[:, dx:]], 1)
+                K0 = _gram(model, act, W, Ztr, Z0, Ftr).T
+            else:
+                K0 = Ksp
             for ni, n in enumerate(ns):
                 L, info = torch.linalg.cholesky_ex(K[:n, :n])
                 if int(info) != 0:
@@ -318,4 +345,10 @@ def memorization_curve(
                 spur[ai, ni, si] = (
                     ((Ksp[:n, :n] @ c).sign() == gtr[:n]).to(dtype).mean()
                 )
-    return MemorizationCurve(ns, alphas, model, act.name, test, spur)
+                if builtin:
+                    spur0[ai, ni, si] = (
+                        ((K0[:n, :n] @ c).sign() == gtr[:n]).to(dtype).mean()
+                    )
+    return MemorizationCurve(
+        ns, alphas, model, act.name, test, spur, counterpart, spur0
+    )

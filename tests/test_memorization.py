@@ -429,7 +429,9 @@ def test_alignment_limit_closed_forms():
 
 def test_spurious_gaussian_data():
     g = torch.Generator().manual_seed(0)
-    Z, lab, Zs = M.spurious_gaussian_data(50, 20, 0.25, g, dtype=torch.float64)
+    Z, lab, Zs = M.spurious_gaussian_data(
+        50, 20, 0.25, g, counterpart="zero", dtype=torch.float64
+    )
     assert Z.shape == Zs.shape == (50, 20) and lab.shape == (50,)
     torch.testing.assert_close(
         Z.norm(dim=1), torch.full((50,), math.sqrt(20.0), dtype=torch.float64)
@@ -441,6 +443,34 @@ def test_spurious_gaussian_data():
         5, 20, 0.25, torch.Generator().manual_seed(0), counterpart="resample"
     )
     torch.testing.assert_close(Zr.norm(dim=1), torch.full((5,), math.sqrt(20.0)))
+
+
+def test_spurious_counterparts_resample_is_default_and_same_data():
+    # Z and g do not depend on the counterpart; the default resamples the core, with the
+    # core's norm √d_x, the spurious part unchanged, and a core independent of x
+    Zr, gr, Sr = M.spurious_gaussian_data(
+        4000, 40, 0.5, torch.Generator().manual_seed(3), dtype=torch.float64
+    )
+    Zz, gz, Sz = M.spurious_gaussian_data(
+        4000, 40, 0.5, torch.Generator().manual_seed(3), "zero", dtype=torch.float64
+    )
+    assert torch.equal(Zr, Zz) and torch.equal(gr, gz)
+    dx = 20
+    assert torch.equal(Sr[:, dx:], Zr[:, dx:]) and torch.equal(Sz[:, dx:], Zz[:, dx:])
+    torch.testing.assert_close(
+        Sr[:, :dx].norm(dim=1), torch.full((4000,), math.sqrt(dx), dtype=torch.float64)
+    )
+    assert Sz[:, :dx].abs().max() == 0
+    torch.testing.assert_close(
+        Sz.norm(dim=1), torch.full((4000,), math.sqrt(20.0), dtype=torch.float64)
+    )
+    # independence: the cosine of x and x~ has mean 0 and E[c²] = 1/d_x (3 s.e. margin)
+    c = (Zr[:, :dx] * Sr[:, :dx]).sum(1) / dx
+    assert abs(float(c.mean())) < 3 * float(c.std()) / math.sqrt(4000)
+    c2 = c**2
+    assert abs(float(c2.mean()) - 1 / dx) < 3 * float(c2.std()) / math.sqrt(4000)
+    with pytest.raises(ValueError, match="counterpart"):
+        M.spurious_gaussian_data(5, 10, 0.5, counterpart="zeros")
 
 
 def test_noise_border_and_split():
@@ -470,6 +500,15 @@ def test_memorization_curve_shapes_and_reproducibility():
     assert torch.equal(c.spurious_accuracy, c2.spurious_accuracy)
     mean, std = c.summary("test")
     assert mean.shape == std.shape == (2, 2)
+    assert c.counterpart == "resample" and c.spurious_accuracy_zero.shape == (2, 2, 2)
+    # the zeroed counterpart of the same fit equals a run with counterpart="zero"
+    z = M.memorization_curve([10, 40], counterpart="zero", **kw)
+    assert torch.equal(z.test_accuracy, c.test_accuracy)
+    assert torch.equal(z.spurious_accuracy, z.spurious_accuracy_zero)
+    torch.testing.assert_close(
+        z.spurious_accuracy, c.spurious_accuracy_zero, rtol=0, atol=0
+    )
+    assert c.summary("spurious_zero")[0].shape == (2, 2)
     n = M.memorization_curve(
         [30],
         model="ntk",
@@ -554,5 +593,17 @@ def test_bad_inputs():
         M.spurious_split(torch.zeros(1, 4, 4), 2)
     with pytest.raises(ValueError, match="W"):
         M.random_features(torch.zeros(3, 4), torch.zeros(5, 3), "relu")
+    with pytest.raises(ValueError, match="counterpart"):
+        M.memorization_curve([5], d=6, k=20, n_test=5, seeds=[0], counterpart="both")
+    custom = M.memorization_curve(
+        [5],
+        k=40,
+        n_test=5,
+        seeds=[0],
+        sampler=lambda n, a, gen: M.spurious_gaussian_data(n, 6, a, gen),
+    )
+    assert custom.spurious_accuracy_zero is None
+    with pytest.raises(ValueError, match="spurious_zero"):
+        custom.summary("spurious_zero")
     with pytest.raises(ValueError, match="antiderivative"):
         M.get_activation("relu").antiderivative()
