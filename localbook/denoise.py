@@ -454,7 +454,8 @@ def hopfield_retrieve(query, patterns, beta: float, steps: int = 1) -> torch.Ten
     equal); small ``beta`` returns averages (metastable states). Computed in log space, chunked.
 
     Shapes: ``query (m, d)`` or ``(d,)`` for one state (then returns ``(d,)``), ``patterns (n, d)``
-    (the (query, data) order of every local mean); ``beta > 0``; ``steps ≥ 1``. Returns ``(m, d)``.
+    (the (query, data) order of every local mean); ``beta > 0``; ``steps ≥ 1``. Returns ``(m, d)``
+    in the input's dtype; half precision is computed in float32 (softmax in log space).
     """
     X = check_points(patterns, "patterns")
     beta = check_positive_float(beta, "beta")
@@ -463,10 +464,16 @@ def hopfield_retrieve(query, patterns, beta: float, steps: int = 1) -> torch.Ten
     single = q.ndim == 1 and X.shape[1] > 1
     q = q[None, :] if single else q
     q = check_query(q, X, "query")
+    out_dtype = q.dtype
+    if q.dtype in (torch.float16, torch.bfloat16):
+        # as PyTorch's attention does: scores and sums in float32 (beta <x, xi> overflows
+        # float16 at 65504, and bfloat16 keeps 8 bits), the result in the input's dtype
+        q, X = q.float(), X.float()
     rows = chunk_rows(q.shape[0], X.shape[0], 1, X.element_size(), None, X.device)
     for _ in range(steps):
         new = torch.empty_like(q)
         for sl in iter_chunks(q.shape[0], rows):
             new[sl] = torch.softmax(beta * (q[sl] @ X.T), dim=1) @ X
         q = new
+    q = q.to(out_dtype)
     return q[0] if single else q

@@ -558,3 +558,17 @@ def test_bad_inputs_raise_naming_the_argument(call, exc, name):
     x, q = _data()
     with pytest.raises(exc, match=name):
         call(x, q)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_hopfield_retrieve_half_precision_is_the_float64_result_rounded(dtype):
+    # beta <x, xi> ~ 10^4 overflows float16 (65504 after exp long before): computed in
+    # float32, the result equals the float64 update on the same rounded inputs, rounded
+    g = torch.Generator().manual_seed(0)
+    X = (30 * torch.randn(50, 16, generator=g)).to(dtype)
+    q = (30 * torch.randn(5, 16, generator=g)).to(dtype)
+    out = lb.hopfield_retrieve(q, X, 8.0, steps=2)
+    ref = lb.hopfield_retrieve(q.double(), X.double(), 8.0, steps=2)
+    assert out.dtype == dtype and not torch.isnan(out).any()
+    ulp = torch.finfo(dtype).eps * ref.abs().clamp_min(1.0)
+    assert bool(((out.double() - ref).abs() <= 2 * ulp).all())
