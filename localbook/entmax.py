@@ -386,10 +386,14 @@ def entmax_bisect(z, alpha=1.5, dim: int = -1, n_iter: int = 50) -> torch.Tensor
     the number of iterations (they stop earlier once τ is stable to a few ulps); the output is
     renormalized to sum to 1, as in the ``entmax`` package.
 
-    ``alpha`` is a float or a **tensor**: a tensor α broadcastable to ``z`` with size 1 along
-    ``dim`` (one α per row or per head) may require a gradient, which ``localbook/entmax_alpha.py``
-    computes (a learnable α, as in adaptively sparse transformers; bisection on τ). Every α the
-    ``entmax`` package accepts works: α = 1 (a float) is softmax, α < 1 gives a dense map.
+    A float α of 2 or 1.5 takes the exact sort-based formulas of :func:`sparsemax` and
+    :func:`entmax15`. ``alpha`` may also be a **tensor**: a tensor α broadcastable to ``z`` with
+    size 1 along ``dim`` (one α per row or per head) may require a gradient, which
+    ``localbook/entmax_alpha.py`` computes (a learnable α, as in adaptively sparse transformers).
+    A tensor α works on whole rows: Newton's method on
+    :math:`f(\tau) = \sum_i ((\alpha-1)z_i-\tau)_+^{1/(\alpha-1)} - 1`, bracketed, when every α is
+    in (1, 2], ``n_iter`` bisection steps otherwise. Every α the ``entmax`` package accepts works:
+    α = 1 (a float) is softmax, α < 1 gives a dense map (by bisection).
 
     Shapes: as :func:`sparsemax`.
     """

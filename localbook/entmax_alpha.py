@@ -4,8 +4,10 @@ For a tensor ``alpha`` (broadcastable to ``z`` with size 1 along ``dim``) :func:
 comes here. With :math:`X = (\alpha-1)(z - \max z)` and :math:`r = 1/(\alpha-1)`,
 :math:`p_i = (X_i - \tau)_+^{r}` and :math:`f(\tau) = \sum_i p_i - 1` has :math:`f(-1) \ge 0 \ge
 f(-(1/n)^{\alpha-1})` for every α ≠ 1 (for α < 1 the support is full and the bracket's ends
-swap order), so bisection on that bracket finds τ; the output is renormalized to sum to one, as
-in the ``entmax`` package.
+swap order). When every α is in (1, 2], :math:`f` is convex and decreasing, and τ comes from
+Newton's method from :math:`\tau_0 = -1`, kept inside that bracket (a step that leaves it is
+replaced by bisection; see ``_EntmaxAlphaNewtonFunction``); otherwise ``n_iter`` bisection steps
+on the bracket find τ. The output is renormalized to sum to one, as in the ``entmax`` package.
 
 Backward (Peters, Niculae & Martins 2019; Correia, Niculae & Martins 2019 for α): with
 :math:`s_i = p_i^{2-\alpha}` on the support,
