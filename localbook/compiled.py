@@ -83,6 +83,11 @@ GAUSS_SCALE = math.sqrt(0.5 / math.log(2.0))
 _lock = threading.Lock()
 _state: dict = {}
 
+#: Work per compiled call, in pair-coordinates (pairs × (d + k + 1)): about 20-60 ms on one
+#: core. A call into C holds off Python's signal handlers until it returns, so long sums run
+#: as a sequence of calls of this size and Ctrl-C lands between two of them.
+PIECE_WORK = 1 << 27
+
 
 def _cache_dir() -> Path:
     root = os.environ.get("LOCALBOOK_CACHE")
@@ -437,13 +442,15 @@ def local_means(
               *extra, ctypes.addressof(status))  # fmt: skip
         return status[0], status[1]
 
-    if m == 0:
-        parts = []
-    elif lib.lb_openmp():
-        parts = [call(lib.local_means_threads, 0, m, torch.get_num_threads())]
-    else:
-        parts = []
-        _split(m, lambda lo, hi: parts.append(call(lib.local_means, lo, hi)))
+    parts = []
+    for lo, hi in _pieces(m, n * (d + k + 1)):
+        if lib.lb_openmp():
+            parts.append(call(lib.local_means_threads, lo, hi, torch.get_num_threads()))
+        else:
+            _split(
+                hi - lo,
+                lambda a, b, lo=lo: parts.append(call(lib.local_means, lo + a, lo + b)),
+            )
     bad = sum(p[0] for p in parts)
     n_redo = sum(p[1] for p in parts)
     return sums, mean, total.log_(), bad, n_redo
@@ -462,6 +469,13 @@ def midrange(t: torch.Tensor) -> torch.Tensor:
         out.data_ptr(),
     )  # fmt: skip
     return out.to(t.dtype)
+
+
+def _pieces(m: int, work_per_row: float):
+    """Row ranges ``(lo, hi)`` covering ``[0, m)``, each about :data:`PIECE_WORK` of work."""
+    rows = max(1, int(PIECE_WORK // max(work_per_row, 1.0)))
+    for lo in range(0, m, rows):
+        yield lo, min(m, lo + rows)
 
 
 def _split(m: int, part) -> None:
@@ -504,18 +518,17 @@ def kernel_sums(
     (m, d), n = a.shape, b.shape[0]
     profile = _profile(kernel)
 
-    args = (a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr())
-    if lib.lb_openmp():
-        lib.kernel_sums_threads(
-            *args, m, n, d, k, profile, floor, torch.get_num_threads()
-        )
-        return sums
-
     def part(lo: int, hi: int) -> None:
         lib.kernel_sums(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
                         hi - lo, n, d, k, profile, floor)  # fmt: skip
 
-    _split(m, part)
+    for lo, hi in _pieces(m, n * (d + k + 1)):
+        if lib.lb_openmp():
+            lib.kernel_sums_threads(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(),
+                                    sums[lo].data_ptr(), hi - lo, n, d, k, profile, floor,
+                                    torch.get_num_threads())  # fmt: skip
+        else:
+            _split(hi - lo, lambda x, y, lo=lo: part(lo + x, lo + y))
     return sums
 
 
@@ -545,18 +558,20 @@ def run_sums(
     runs = start.shape[1]
     profile = _profile(kernel)
 
-    if lib.lb_openmp():
-        lib.run_sums_threads(a.data_ptr(), bt.data_ptr(), vt.data_ptr(), sums.data_ptr(),
-                             m, n, d, k, profile, floor, start.data_ptr(), count.data_ptr(),
-                             runs, torch.get_num_threads())  # fmt: skip
-        return sums
-
     def part(lo: int, hi: int) -> None:
         lib.run_sums(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(), sums[lo].data_ptr(),
                      hi - lo, n, d, k, profile, floor, start[lo].data_ptr(),
                      count[lo].data_ptr(), runs)  # fmt: skip
 
-    _split(m, part)
+    per_row = float(count.sum()) / max(m, 1) * (d + k + 1)  # the points a query visits
+    for lo, hi in _pieces(m, per_row):
+        if lib.lb_openmp():
+            lib.run_sums_threads(a[lo].data_ptr(), bt.data_ptr(), vt.data_ptr(),
+                                 sums[lo].data_ptr(), hi - lo, n, d, k, profile, floor,
+                                 start[lo].data_ptr(), count[lo].data_ptr(), runs,
+                                 torch.get_num_threads())  # fmt: skip
+        else:
+            _split(hi - lo, lambda x, y, lo=lo: part(lo + x, lo + y))
     return sums
 
 
