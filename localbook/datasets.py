@@ -188,6 +188,8 @@ def load_fashion_mnist_subset():
 # Each stored run: its tables (key -> file stem suffix). A reproduction script registers here.
 STORED_RUNS = {
     "sagl": {"runs": "reproduction", "gate": "gate", "curves": "curves"},
+    "imputation": {"runs": "reproduction", "images": "images"},
+    "memorization": {"curves": "curves"},
 }
 
 
@@ -507,17 +509,10 @@ def missing_at_random_mask(shape, rate: float, seed: int = 0) -> np.ndarray:
     return rng.random(tuple(shape)) < rate
 
 
-def block_mask(n_samples: int, image_shape, block: int, seed: int = 0) -> np.ndarray:
-    """One missing ``block × block`` square per image at a random position, ``(n, H·W)`` bool.
-
-    ``True`` marks a missing pixel; the square lies fully inside the ``H × W`` image.
-    """
-    n_samples = check_positive_int(n_samples, "n_samples")
-    H, W = check_image_shape(image_shape)
-    block = check_positive_int(block, "block", maximum=min(H, W))
-    rng = np.random.default_rng(seed)
-    top = rng.integers(0, H - block + 1, n_samples)
-    left = rng.integers(0, W - block + 1, n_samples)
+def _squares(rng, n: int, H: int, W: int, block: int) -> np.ndarray:
+    """``n`` random ``block × block`` squares inside an ``H × W`` image, ``(n, H·W)`` bool."""
+    top = rng.integers(0, H - block + 1, n)
+    left = rng.integers(0, W - block + 1, n)
     rows = np.arange(H)[None, :, None]
     cols = np.arange(W)[None, None, :]
     m = (
@@ -526,18 +521,44 @@ def block_mask(n_samples: int, image_shape, block: int, seed: int = 0) -> np.nda
         & (cols >= left[:, None, None])
         & (cols < left[:, None, None] + block)
     )
-    return m.reshape(n_samples, H * W)
+    return m.reshape(n, H * W)
+
+
+def block_mask(n_samples: int, image_shape, block: int, seed: int = 0) -> np.ndarray:
+    """One missing ``block × block`` square per image at a random position, ``(n, H·W)`` bool.
+
+    ``True`` marks a missing pixel; the square lies fully inside the ``H × W`` image.
+    """
+    n_samples = check_positive_int(n_samples, "n_samples")
+    H, W = check_image_shape(image_shape)
+    block = check_positive_int(block, "block", maximum=min(H, W))
+    return _squares(np.random.default_rng(seed), n_samples, H, W, block)
 
 
 def holdout_mask(
-    X, fraction: float = 0.1, seed: int = 0, max_rows: Optional[int] = None
+    X,
+    fraction: float = 0.1,
+    seed: int = 0,
+    max_rows: Optional[int] = None,
+    *,
+    block: Optional[int] = None,
+    image_shape=None,
 ) -> np.ndarray:
     """Hide a random part of the *observed* values: ``(n, d)`` bool, ``True`` = hidden.
 
-    Each observed entry (not NaN) of ``X (n, d)`` is hidden independently with probability
-    ``fraction``, in ``max_rows`` rows drawn at random among those with at least two observed
-    values (all of them when ``max_rows`` is None). Truly missing entries are never marked, so
-    imputing ``X`` with the marked entries set to NaN and scoring them needs no ground truth.
+    The hold-out is drawn in ``max_rows`` rows chosen at random among the *usable* rows, those
+    with at least two observed values (all usable rows when ``max_rows`` is None); rows with
+    fewer (an all-missing row, say) are never drawn and do not change which rows are. Two shapes:
+
+    * ``block=None``: each observed entry (not NaN) of a drawn row is hidden independently with
+      probability ``fraction`` (missing completely at random among the observed values);
+    * ``block=b`` with ``image_shape=(H, W)``: each drawn row hides the observed pixels of one
+      ``b × b`` square at a uniform random position, the shape of :func:`block_mask`
+      (``fraction`` is not used). A row keeps its square only if at least one observed pixel
+      lies inside it and one outside.
+
+    Truly missing entries are never marked, so imputing ``X (n, d)`` with the marked entries
+    set to NaN and scoring them needs no ground truth.
     """
     fraction = check_fraction(fraction, "fraction")
     A = (
@@ -547,6 +568,9 @@ def holdout_mask(
     )
     if A.ndim != 2:
         raise ValueError(f"X must be 2-D, got shape {A.shape}")
+    if block is not None:
+        H, W = check_image_shape(image_shape, A.shape[1])
+        block = check_positive_int(block, "block", maximum=min(H, W))
     observed = ~np.isnan(A)
     rng = np.random.default_rng(seed)
     rows = np.flatnonzero(observed.sum(1) >= 2)
@@ -555,5 +579,10 @@ def holdout_mask(
             rng.choice(rows, check_positive_int(max_rows, "max_rows"), replace=False)
         )
     hide = np.zeros(A.shape, dtype=bool)
-    hide[rows] = (rng.random((len(rows), A.shape[1])) < fraction) & observed[rows]
+    if block is None:
+        hide[rows] = (rng.random((len(rows), A.shape[1])) < fraction) & observed[rows]
+    else:
+        sq = _squares(rng, len(rows), H, W, block) & observed[rows]
+        keep = sq.any(1) & (observed[rows] & ~sq).any(1)
+        hide[rows[keep]] = sq[keep]
     return hide

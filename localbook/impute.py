@@ -48,22 +48,36 @@ Observed pixels are never changed. Without ``image_shape`` the imputer is a *tab
 imputer: ``layers="image"`` on raw values, for any table of numbers with NaN holes.
 
 **Data-driven defaults.** ``pixel_bandwidth="auto"`` and ``image_weight="auto"`` (the defaults)
-choose ``h`` and ``β`` at ``fit`` time by the hold-out recipe: hide a random ``holdout`` fraction
-(10 %) of the *observed* values of up to 200 reference rows
-(:func:`~localbook.datasets.holdout_mask`), impute them with
+choose ``h`` and ``β`` at ``fit`` time by the hold-out recipe: hide part of the *observed*
+values of up to 200 reference rows (:func:`~localbook.datasets.holdout_mask`), impute them with
 the rest of the reference set (each row's own original and its exact copies left out) for every
-pair on a grid (:data:`PIXEL_BANDWIDTH_GRID` × :data:`IMAGE_WEIGHT_GRID`), and keep the pair with
-the smallest RMSE on the hidden values. The neighbours are found once; each ``h`` costs one pixel
-pass over the hold-out rows and their neighbours (separable Gaussian convolution) and each ``β``
-only a weighted average, so tuning costs about as much as one ``transform`` of 200 rows plus
-:data:`PIXEL_BANDWIDTH_GRID`-many pixel passes over at most ``200 · n_neighbors`` rows. The hidden
-values are missing completely at random among the observed ones, so the choice is tuned to the
-missingness of the data passed to ``fit`` (fit on complete images, it is tuned for few holes).
+pair on a grid (:data:`PIXEL_BANDWIDTH_GRID` × :data:`IMAGE_WEIGHT_GRID`), and score each pair by
+the RMSE on the hidden values. Only *usable* rows take part: rows with fewer than two observed
+values (an all-missing row, say) are never drawn for the hold-out and never serve as neighbours
+while tuning, so adding such rows to ``X`` does not change the choice. The hidden values are,
+by default, a random ``holdout`` fraction (10 %) of each drawn row's observed values (tuned for
+scattered holes); with ``holdout_block=b`` each drawn row instead hides the observed pixels of
+one ``b × b`` square, so the parameters are tuned for holes shaped like
+:func:`~localbook.datasets.block_mask`'s.
+
+The hold-out RMSE is nearly flat over a range of ``β`` (wherever the image level dominates), so
+its minimizer alone would jump across that range with the draw. The recipe therefore applies
+the *one-standard-error rule*: among the pairs whose hold-out mean squared error exceeds the
+best pair's by at most one standard error of the difference (from the per-row differences), it
+keeps the smallest ``β``, and at that ``β`` the ``h`` with the smallest error. The neighbours
+are found once; each ``h`` costs one pixel pass over the hold-out rows and their neighbours
+(separable Gaussian convolution) and each ``β`` only a weighted average.
+
+**A feature never observed** in the reference set has no mean of its own. For images its
+fallback value is the Gaussian local mean (bandwidth one pixel, in log space so the nearest
+observed pixels always count) of the observed features' means around it; for tabular data, the
+mean of all observed values. ``fit`` warns and names such features.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -121,6 +135,35 @@ _FALLBACK = {
 }  # when nothing can be held out
 
 
+def _one_se_margin(sse, n_hidden):
+    """Standard error of ``MSE(pair) − MSE(best pair)`` from per-row differences, per pair.
+
+    ``sse (..., rows)`` holds each pair's per-row sums of squared errors."""
+    flat = sse.reshape(-1, sse.shape[-1])
+    best = int(torch.argmin(flat.sum(1)))
+    d = flat - flat[best]
+    rows = d.shape[1]
+    se = (
+        d.std(1, unbiased=True) * math.sqrt(rows) / n_hidden
+        if rows > 1
+        else 0 * d[:, 0]
+    )
+    return se.reshape(sse.shape[:-1]).numpy()
+
+
+def _one_se_choice(sse, n_hidden):
+    """The one-standard-error rule on an ``(h, β)`` grid: ``(a, b)`` grid indices.
+
+    Eligible pairs have a hold-out MSE within one standard error (of the paired difference) of
+    the best; among them the smallest ``β`` (index ``b``), then the ``h`` with the smallest MSE.
+    """
+    mse = sse.sum(-1) / n_hidden
+    eligible = mse - mse.min() <= torch.as_tensor(_one_se_margin(sse, n_hidden))
+    b = int(torch.nonzero(eligible.any(0)).flatten()[0])
+    a = int(torch.argmin(torch.where(eligible[:, b], mse[:, b], math.inf)))
+    return a, b
+
+
 class LocalMeanImputer(TransformerMixin, BaseEstimator):
     r"""Two-layer local-mean autoencoder for images with missing pixels (scikit-learn imputer API).
 
@@ -155,13 +198,17 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     imputed_weight : ``λ ∈ (0, 1]``, how much a neighbour's layer-1 (imputed) value counts against
         an observed one in layer 2.
     holdout : fraction of the observed values of up to 200 rows hidden to tune the ``"auto"``
-        parameters. random_state : seed of that draw (the fit is deterministic).
+        parameters. holdout_block : None (default), or ``b``: hide one ``b × b`` square of
+        observed pixels per tuning row instead (tune for block-shaped holes; needs
+        ``image_shape``). random_state : seed of that draw (the fit is deterministic).
 
     Attributes: ``layers_``, ``pixel_bandwidth_``, ``image_weight_`` (the values used),
-    ``holdout_scores_`` (the grids and the hold-out RMSE, ``None`` without tuning),
+    ``holdout_scores_`` (the grids, the hold-out RMSE, its one-standard-error margin ``"se"``
+    and the number of hidden values; ``None`` without tuning),
     ``n_features_in_``. Inputs: numpy arrays (dense only) give numpy arrays back; tensors give
     tensors on their device and dtype. A value neither layer can reach gets the mean of the
-    observed reference values of that feature.
+    observed reference values of that feature (for a feature never observed, the fallback of
+    the module description, with a warning at ``fit``).
     """
 
     def __init__(
@@ -176,6 +223,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         image_weight="auto",
         imputed_weight: float = 0.3,
         holdout: float = 0.1,
+        holdout_block=None,
         random_state: int = 0,
     ):
         self.image_shape = image_shape
@@ -187,6 +235,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         self.image_weight = image_weight
         self.imputed_weight = imputed_weight
         self.holdout = holdout
+        self.holdout_block = holdout_block
         self.random_state = random_state
 
     def __sklearn_tags__(self):
@@ -211,6 +260,9 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         get_kernel(self.image_kernel)
         _check_imputed_weight(self.imputed_weight)
         check_fraction(self.holdout, "holdout")
+        if self.holdout_block is not None:
+            H, W = check_image_shape(self.image_shape, n_features)
+            check_positive_int(self.holdout_block, "holdout_block", maximum=min(H, W))
         return layers
 
     def _validate(self, X, reset: bool):
@@ -249,14 +301,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         observed = ~torch.isnan(X)
         if not bool(observed.any()):
             raise ValueError("X has no observed value at all; nothing to impute from")
-        counts = observed.sum(0)
-        mean = torch.where(
-            counts > 0,
-            torch.nan_to_num(X, nan=0.0).sum(0) / counts.clamp(min=1),
-            torch.full_like(X[0], math.nan),
-        )
-        # a never-observed feature falls back to the overall mean of the observed values
-        self.feature_mean_ = torch.nan_to_num(mean, nan=float(X[observed].mean()))
+        self.feature_mean_ = self._feature_means(X, observed)
         self.layers_ = layers
         self.pixel_bandwidth_, self.image_weight_, self.holdout_scores_ = self._tune(X)
         self.X_ref_ = X
@@ -264,6 +309,37 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
             (X, None) if layers == "image" else self._layer1(X)
         )
         return self
+
+    def _feature_means(self, X, observed):
+        """Each feature's observed mean; a never-observed one gets the fallback (warned)."""
+        counts = observed.sum(0)
+        mean = torch.where(
+            counts > 0,
+            torch.nan_to_num(X, nan=0.0).sum(0) / counts.clamp(min=1),
+            torch.full_like(X[0], math.nan),
+        )
+        never = torch.nonzero(counts == 0).flatten().tolist()
+        if not never:
+            return mean
+        if (
+            self.image_shape is not None
+        ):  # the local mean of the feature means around it
+            H, W = check_image_shape(self.image_shape, X.shape[1])
+            fill = _pixel_layer(mean[None], H, W, 1.0, get_kernel("gaussian"))[0][0]
+            how = (
+                "the Gaussian local mean (h = 1 pixel) of the observed features' means"
+            )
+        else:
+            fill = torch.full_like(mean, float(X[observed].mean()))
+            how = "the mean of all observed values"
+        shown = ", ".join(map(str, never[:10])) + (", ..." if len(never) > 10 else "")
+        warnings.warn(
+            f"{len(never)} feature(s) never observed in X (index {shown}); where no layer "
+            f"reaches them they are imputed by {how}",
+            UserWarning,
+            stacklevel=3,
+        )
+        return torch.where(counts > 0, mean, fill)
 
     def _layer1(self, X, h=None):
         H, W = check_image_shape(self.image_shape, X.shape[1])
@@ -291,15 +367,21 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
             or (self.layers_ == "pixel" and not auto["pixel_bandwidth"])
         ):
             return fixed["pixel_bandwidth"], fixed["image_weight"], None
+        usable = torch.nonzero((~torch.isnan(X)).sum(1) >= 2).flatten()
+        pool = X[usable]  # rows with fewer than two observed values take no part
+        shape = {}
+        if self.holdout_block is not None:
+            shape = dict(block=self.holdout_block, image_shape=self.image_shape)
         hide = torch.as_tensor(
-            holdout_mask(X, self.holdout, self.random_state, _HOLDOUT_ROWS),
+            holdout_mask(pool, self.holdout, self.random_state, _HOLDOUT_ROWS, **shape),
             device=X.device,
         )
         rows = torch.nonzero(hide.any(1)).flatten()
         if rows.numel() == 0:
             return fixed["pixel_bandwidth"], fixed["image_weight"], None
-        Xq = X[rows].masked_fill(hide[rows], math.nan)
-        truth, hidden = X[rows][hide[rows]], hide[rows]
+        Xq = pool[rows].masked_fill(hide[rows], math.nan)
+        truth, hidden = pool[rows][hide[rows]], hide[rows]
+        row_of = torch.nonzero(hidden)[:, 0]  # the tuning row of each hidden value
         hs = (
             PIXEL_BANDWIDTH_GRID
             if auto["pixel_bandwidth"]
@@ -310,40 +392,45 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
             if auto["image_weight"] and self.layers_ == "both"
             else (fixed["image_weight"],)
         )
-        if (
-            self.layers_ == "both"
-        ):  # neighbours once: each row's own original and its copies left out
-            same = _identical_rows(X[rows], X)
+        if self.layers_ == "both":  # neighbours once, own original and copies left out
+            same = _identical_rows(pool[rows], pool)
             w, idx = _neighbour_weights(
-                Xq, X, self.n_neighbors, get_kernel(self.image_kernel), same
+                Xq, pool, self.n_neighbors, get_kernel(self.image_kernel), same
             )
             uniq, inv = torch.unique(idx, return_inverse=True)
-        rmse = torch.empty(len(hs), len(betas), dtype=torch.float64)
+        # per-row sums of squared errors, (len(hs), len(betas), rows)
+        sse = torch.zeros(len(hs), len(betas), len(rows), dtype=torch.float64)
         B = torch.tensor(betas, dtype=X.dtype, device=X.device)[:, None]
         fallback = self.feature_mean_.expand_as(Xq)[hidden]
         for a, h in enumerate(hs):
-            z, S = (
-                v[hidden] for v in self._layer1(Xq, h)
-            )  # only the hidden values are scored
+            z, S = (v[hidden] for v in self._layer1(Xq, h))  # hidden values only
             if self.layers_ == "both":
                 zhat = _average(
                     w,
                     inv,
-                    self._layer1(X[uniq], h)[0],
-                    X[uniq],
+                    self._layer1(pool[uniq], h)[0],
+                    pool[uniq],
                     float(self.imputed_weight),
                 )
                 Z = _combine(z, S, zhat[hidden], B)  # (len(betas), n_hidden)
             else:
                 Z = z[None]
             Z = torch.where(torch.isnan(Z), fallback, Z)
-            rmse[a] = torch.sqrt(torch.mean((Z - truth) ** 2, dim=1)).cpu().double()
-        a, b = divmod(int(torch.argmin(rmse)), len(betas))
+            err2 = ((Z - truth) ** 2).double().cpu()
+            sse[a] = torch.zeros(len(betas), len(rows), dtype=torch.float64).index_add_(
+                1, row_of.cpu(), err2
+            )
+        n_hidden = int(hidden.sum())
+        rmse = torch.sqrt(sse.sum(2) / n_hidden)
+        a, b = _one_se_choice(sse, n_hidden)
         scores = {
             "pixel_bandwidth": np.array(hs),
             "image_weight": np.array(betas),
             "rmse": rmse.numpy(),
-            "n_hidden": int(hidden.sum()),
+            "best_rmse": float(rmse.min()),
+            "se": _one_se_margin(sse, n_hidden),
+            "n_hidden": n_hidden,
+            "n_rows": len(rows),
         }
         return float(hs[a]), float(betas[b]), scores
 
