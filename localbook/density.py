@@ -189,8 +189,10 @@ class MeanShiftResult:
     """The modes ``(c, d)`` (strongest first), ``labels (n,)`` in ``0..c-1``, the iteration count
     ``n_iter``, each mode's ``intensity (c,)`` (the kernel mass ``Σᵢ K(mode, xᵢ)`` where it was
     last updated: a point count for the uniform kernel), ``path`` (the seeds' positions before the
-    first step and after every step) when asked for, else ``None``, and ``mode_index (c,)`` — which
-    data points the modes are — for :func:`medoid_shift`, else ``None``.
+    first step and after every step) when asked for, else ``None``, ``mode_index (c,)`` — which
+    data points the modes are — for :func:`medoid_shift`, else ``None``, and ``rejected (k, d)``:
+    for :func:`mean_shift` with ``check_maxima=True``, the merged end points that the perturbation
+    test found not to be local maxima (saddles and other stationary points), else ``None``.
 
     What ``n_iter`` counts depends on the function: :func:`mean_shift` follows scikit-learn's
     ``n_iter_`` (the steps *before* the last one, whose length was found to be at most ``tol``),
@@ -203,6 +205,7 @@ class MeanShiftResult:
     intensity: torch.Tensor
     path: Optional[torch.Tensor] = None
     mode_index: Optional[torch.Tensor] = None
+    rejected: Optional[torch.Tensor] = None
 
 
 def _check_bool(value, name: str) -> bool:
@@ -286,82 +289,16 @@ def _nearest(q: torch.Tensor, centers: torch.Tensor, h: torch.Tensor) -> torch.T
     return _knn(q, centers, 1, h, centers.mean(0))[1][:, 0]
 
 
-def mean_shift(
-    x,
-    bandwidth,
-    kernel: str = "gaussian",
-    seeds=None,
-    max_iter: int = 300,
-    tol: float = 1e-3,
-    return_path: bool = False,
-    *,
-    bin_seeding: bool = False,
-    min_bin_freq: int = 1,
-    merge_radius: float = 1.0,
-) -> MeanShiftResult:
-    r"""Mean shift clustering: move every seed to its self-local mean until it stops, merge, label.
-
-    Each seed iterates :math:`s \leftarrow m(s) = \sum_i K(s, x_i) x_i / \sum_i K(s, x_i)` — for the
-    Gaussian kernel a gradient step :math:`s + h^2 \nabla\log\hat p(s)`. ``kernel`` names the
-    weight profile :math:`g` of this average; the density climbed is the KDE of its shadow
-    :math:`k` (:math:`g = -k'(u)/u`): ``"uniform"`` climbs :func:`kde` with ``"epanechnikov"``,
-    the Gaussian its own KDE. All seeds move together;
-    a seed whose step is at most ``tol`` bandwidths is frozen (never recomputed), and so is every
-    seed after ``max_iter + 1`` steps: as in scikit-learn, ``max_iter`` bounds the steps *before*
-    the last one (``max_iter=0`` takes exactly one step), and ``n_iter`` counts them the same way
-    (the ``path`` has ``n_iter + 2`` rows). A seed whose ball holds no point (compact kernel) is
-    dropped.
-    Endpoints are merged greedily, strongest (largest kernel mass) first, dropping those within
-    ``merge_radius`` bandwidths of a kept one; every point is labelled by its nearest mode.
-
-    With ``kernel="uniform"`` this is scikit-learn's ``MeanShift`` (flat kernel of radius
-    ``bandwidth``, same seeding with ``bin_seeding``/``min_bin_freq``, same stopping rule, same
-    merge and labels). Shapes: ``x (n, d)``, ``seeds (s, d)`` (default: the data, or the grid bins
-    with ``bin_seeding``). Returns a :class:`MeanShiftResult`. Half-precision data are
-    processed in float32; the modes, intensities and path come back in the data's dtype.
-    """
-    x = check_points(x, "x")
-    if x.dtype in (torch.float16, torch.bfloat16):
-        # half precision cannot hold the steps' sums: work in float32, return x's dtype
-        res = mean_shift(
-            x.float(),
-            bandwidth if not isinstance(bandwidth, torch.Tensor) else bandwidth.float(),
-            kernel,
-            None if seeds is None else check_query(seeds, x, "seeds").float(),
-            max_iter,
-            tol,
-            return_path,
-            bin_seeding=bin_seeding,
-            min_bin_freq=min_bin_freq,
-            merge_radius=merge_radius,
-        )
-        for name in ("modes", "intensity", "path"):
-            value = getattr(res, name)
-            if value is not None:
-                setattr(res, name, value.to(x.dtype))
-        return res
-    n, d = x.shape
-    h = check_bandwidth(bandwidth, d, like=x)
-    kern = get_kernel(kernel)
-    max_iter = check_positive_int(max_iter, "max_iter", minimum=0)
-    tol = check_positive_float(tol, "tol", allow_zero=True)
-    return_path = _check_bool(return_path, "return_path")
-    bin_seeding = _check_bool(bin_seeding, "bin_seeding")
-    min_bin_freq = check_positive_int(min_bin_freq, "min_bin_freq")
-    merge_radius = check_positive_float(merge_radius, "merge_radius")
-    if seeds is not None:
-        pos = check_query(seeds, x, "seeds").clone()
-    elif bin_seeding:
-        pos = _bin_seeds(x, h, min_bin_freq).clone()
-    else:
-        pos = x.clone()
+def _ascend(pos, local_step, h, max_iter: int, tol: float, record: bool):
+    """Move the seeds ``pos (s, d)`` (in place) by self-local means, freezing each one once its
+    step is at most ``tol`` bandwidths or after ``max_iter + 1`` steps. Returns ``(pos, log Σ K
+    (s,), alive (s,), n_iter, path list or None)``; ``alive`` is false where a ball was empty."""
     s = pos.shape[0]
-    active = torch.ones(s, dtype=torch.bool, device=x.device)
-    alive = torch.ones(s, dtype=torch.bool, device=x.device)
-    log_mass = torch.full((s,), -math.inf, dtype=x.dtype, device=x.device)
+    active = torch.ones(s, dtype=torch.bool, device=pos.device)
+    alive = torch.ones(s, dtype=torch.bool, device=pos.device)
+    log_mass = torch.full((s,), -math.inf, dtype=pos.dtype, device=pos.device)
     n_iter = 0
-    path = [pos.clone()] if return_path else None
-    local_step = _local_step(x, h, kern)
+    path = [pos.clone()] if record else None
     for t in range(max_iter + 1):
         idx = torch.nonzero(active)[:, 0]
         if idx.numel() == 0:
@@ -380,6 +317,171 @@ def mean_shift(
         active[idx[done]] = False
         if path is not None:
             path.append(pos.clone())
+    return pos, log_mass, alive, n_iter, path
+
+
+def _reject_non_maxima(
+    modes, mass, local_step, h, max_iter, tol, merge_radius, perturbation, random_state
+):
+    """The perturbation test of :func:`mean_shift`: returns the surviving ``modes``, their
+    ``mass`` (strongest first) and the rejected end points ``(k, d)``."""
+    c, d = modes.shape
+    gen = torch.Generator(device="cpu").manual_seed(random_state)
+    verified = torch.zeros(c, dtype=torch.bool, device=modes.device)
+    rejected = [modes[:0]]
+    for _ in range(_MAX_CHECK_ROUNDS):
+        todo = torch.nonzero(~verified)[:, 0]
+        if todo.numel() == 0:
+            break
+        cand = modes[todo]
+        k = cand.shape[0]
+        u = torch.randn(cand.shape, generator=gen, dtype=torch.float64)
+        u = (u / torch.linalg.vector_norm(u, dim=1, keepdim=True)).to(cand)
+        probes = torch.cat([cand + perturbation * h * u, cand - perturbation * h * u])
+        end, end_mass, alive, _, _ = _ascend(
+            probes, local_step, h, max_iter, tol * _PROBE_TOL, False
+        )
+        moved = torch.linalg.vector_norm((end - cand.repeat(2, 1)) / h, dim=1)
+        left = (alive & (moved > merge_radius)).reshape(2, k)
+        away = left.all(0)  # neither probe came back: not a local maximum
+        verified[todo[~away]] = True
+        if not bool(away.any()):
+            break
+        bad = todo[away]
+        rejected.append(modes[bad])
+        both = away.repeat(2)  # the probes of the rejected: where the flow leads
+        new, new_mass = end[both], end_mass[both]
+        keep = torch.ones(modes.shape[0], dtype=torch.bool, device=modes.device)
+        keep[bad] = False
+        modes, mass, verified = modes[keep], mass[keep], verified[keep]
+        # a new end point within merge_radius of a surviving mode is that mode
+        if modes.shape[0] > 0:
+            d2 = (((new[:, None, :] - modes[None, :, :]) / h) ** 2).sum(2)
+            fresh = d2.min(1).values > merge_radius**2
+            new, new_mass = new[fresh], new_mass[fresh]
+        if new.shape[0] > 0:
+            k = _merge_modes(new, new_mass, h, merge_radius)
+            modes = torch.cat([modes, new[k]])
+            mass = torch.cat([mass, new_mass[k]])
+            verified = torch.cat(
+                [
+                    verified,
+                    torch.zeros(k.numel(), dtype=torch.bool, device=modes.device),
+                ]
+            )
+        order = torch.argsort(mass, descending=True, stable=True)
+        modes, mass, verified = modes[order], mass[order], verified[order]
+    return modes, mass, torch.cat(rejected)
+
+
+#: rounds of the perturbation test (each rejection climbs to a higher density, so few are used)
+_MAX_CHECK_ROUNDS = 10
+#: a probe stops when its step is at most ``tol * _PROBE_TOL`` bandwidths: from a saddle it
+#: stalls only if its ascent component is below ~``10 tol _PROBE_TOL / (h² λ₊)`` bandwidths
+_PROBE_TOL = 1e-3
+
+
+def mean_shift(
+    x,
+    bandwidth,
+    kernel: str = "gaussian",
+    seeds=None,
+    max_iter: int = 300,
+    tol: float = 1e-3,
+    return_path: bool = False,
+    *,
+    bin_seeding: bool = False,
+    min_bin_freq: int = 1,
+    merge_radius: float = 1.0,
+    check_maxima: bool = True,
+    perturbation: float = 0.1,
+    random_state: int = 0,
+) -> MeanShiftResult:
+    r"""Mean shift clustering: move every seed to its self-local mean until it stops, merge, label.
+
+    Each seed iterates :math:`s \leftarrow m(s) = \sum_i K(s, x_i) x_i / \sum_i K(s, x_i)` — for the
+    Gaussian kernel a gradient step :math:`s + h^2 \nabla\log\hat p(s)`. ``kernel`` names the
+    weight profile :math:`g` of this average; the density climbed is the KDE of its shadow
+    :math:`k` (:math:`g = -k'(u)/u`): ``"uniform"`` climbs :func:`kde` with ``"epanechnikov"``,
+    the Gaussian its own KDE. All seeds move together;
+    a seed whose step is at most ``tol`` bandwidths is frozen (never recomputed), and so is every
+    seed after ``max_iter + 1`` steps: as in scikit-learn, ``max_iter`` bounds the steps *before*
+    the last one (``max_iter=0`` takes exactly one step), and ``n_iter`` counts them the same way
+    (the ``path`` has ``n_iter + 2`` rows). A seed whose ball holds no point (compact kernel) is
+    dropped.
+    Endpoints are merged greedily, strongest (largest kernel mass) first, dropping those within
+    ``merge_radius`` bandwidths of a kept one; every point is labelled by its nearest mode.
+
+    The fixed points :math:`m(s) = s` are the *stationary* points of the shadow KDE
+    (:math:`\nabla\hat p_k = 0`): saddles too, which a seed on their stable manifold (e.g. on an
+    axis of symmetry) reaches. With ``check_maxima`` (default) every merged end point :math:`e`
+    is tested with two probes :math:`e \pm \varepsilon\, h \odot u`, :math:`u` uniform on the
+    unit sphere (from a generator seeded with ``random_state``), :math:`\varepsilon` =
+    ``perturbation``, each iterated again (at most ``max_iter + 1`` steps, stopping at a step
+    of at most ``tol / 1000`` bandwidths, so that a probe from a saddle does not stall). If
+    *both* end more than ``merge_radius`` bandwidths from :math:`e`, it is not a local maximum
+    (from a saddle both leave: a generic :math:`u` has a component along an ascent direction,
+    which the iteration amplifies; from a maximum whose basin holds either probe, that one
+    returns): :math:`e` is rejected, the points its probes flowed to replace it (each merged
+    into a mode within ``merge_radius``, else tested in turn), and points are labelled by the
+    surviving modes. This works for every kernel (a Hessian test, :func:`kde_log_hessian`,
+    needs the Gaussian). A saddle passes when its probes cannot escape in ``max_iter + 1``
+    steps (flat ascent directions) or when :math:`u` is almost orthogonal to all of them.
+
+    With ``kernel="uniform"`` this is scikit-learn's ``MeanShift`` (flat kernel of radius
+    ``bandwidth``, same seeding with ``bin_seeding``/``min_bin_freq``, same stopping rule, same
+    merge and labels), except that scikit-learn keeps non-maxima: ``check_maxima=False`` to
+    reproduce it there too. Shapes: ``x (n, d)``, ``seeds (s, d)`` (default: the data, or the
+    grid bins with ``bin_seeding``). Returns a :class:`MeanShiftResult` whose ``rejected (k, d)``
+    holds the end points found not to be maxima (``None`` without ``check_maxima``).
+    Half-precision data are processed in float32; the modes, intensities, path and rejected
+    points come back in the data's dtype.
+    """
+    x = check_points(x, "x")
+    if x.dtype in (torch.float16, torch.bfloat16):
+        # half precision cannot hold the steps' sums: work in float32, return x's dtype
+        res = mean_shift(
+            x.float(),
+            bandwidth if not isinstance(bandwidth, torch.Tensor) else bandwidth.float(),
+            kernel,
+            None if seeds is None else check_query(seeds, x, "seeds").float(),
+            max_iter,
+            tol,
+            return_path,
+            bin_seeding=bin_seeding,
+            min_bin_freq=min_bin_freq,
+            merge_radius=merge_radius,
+            check_maxima=check_maxima,
+            perturbation=perturbation,
+            random_state=random_state,
+        )
+        for name in ("modes", "intensity", "path", "rejected"):
+            value = getattr(res, name)
+            if value is not None:
+                setattr(res, name, value.to(x.dtype))
+        return res
+    n, d = x.shape
+    h = check_bandwidth(bandwidth, d, like=x)
+    kern = get_kernel(kernel)
+    max_iter = check_positive_int(max_iter, "max_iter", minimum=0)
+    tol = check_positive_float(tol, "tol", allow_zero=True)
+    return_path = _check_bool(return_path, "return_path")
+    bin_seeding = _check_bool(bin_seeding, "bin_seeding")
+    min_bin_freq = check_positive_int(min_bin_freq, "min_bin_freq")
+    merge_radius = check_positive_float(merge_radius, "merge_radius")
+    check_maxima = _check_bool(check_maxima, "check_maxima")
+    perturbation = check_positive_float(perturbation, "perturbation")
+    random_state = check_positive_int(random_state, "random_state", minimum=0)
+    if seeds is not None:
+        pos = check_query(seeds, x, "seeds").clone()
+    elif bin_seeding:
+        pos = _bin_seeds(x, h, min_bin_freq).clone()
+    else:
+        pos = x.clone()
+    local_step = _local_step(x, h, kern)
+    pos, log_mass, alive, n_iter, path = _ascend(
+        pos, local_step, h, max_iter, tol, return_path
+    )
     if not bool(alive.any()):
         raise ValueError(
             f"no data point lies within bandwidth={h.tolist()} of any seed; use other seeds or a "
@@ -387,14 +489,28 @@ def mean_shift(
         )
     ends, mass = pos[alive], log_mass[alive]
     kept = _merge_modes(ends, mass, h, merge_radius)
-    modes = ends[kept]
+    modes, mass = ends[kept], mass[kept]
+    rejected = None
+    if check_maxima:
+        modes, mass, rejected = _reject_non_maxima(
+            modes,
+            mass,
+            local_step,
+            h,
+            max_iter,
+            tol,
+            merge_radius,
+            perturbation,
+            random_state,
+        )
     labels = _nearest(x, modes, h)
     return MeanShiftResult(
         modes=modes,
         labels=labels,
         n_iter=n_iter,
-        intensity=torch.exp(mass[kept]),
+        intensity=torch.exp(mass),
         path=torch.stack(path) if path is not None else None,
+        rejected=rejected,
     )
 
 

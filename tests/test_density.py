@@ -600,3 +600,124 @@ def test_mean_shift_in_half_precision_works_in_float32(dtype):
     assert res.modes.dtype == dtype and res.intensity.dtype == dtype
     assert torch.equal(res.labels, ref.labels) and len(res.modes) == 2
     torch.testing.assert_close(res.modes, ref.modes.to(dtype), rtol=0, atol=0)
+
+
+# --- mean shift stops at stationary points: the perturbation test rejects non-maxima
+
+
+def _two_blobs_and_a_saddle_point(seed=0):
+    """Two blobs mirrored exactly through x₁ = 0, plus one point at the origin: its path stays
+    on the mirror line (equal weights for mirrored points) and ends at the saddle between them."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(100, 2, generator=g, dtype=torch.float64) * 0.5
+    a = a + torch.tensor([-1.5, 0.0], dtype=torch.float64)
+    b = a * torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    return torch.cat([a, b, torch.zeros(1, 2, dtype=torch.float64)])
+
+
+@pytest.mark.parametrize(
+    "kernel, h",
+    [
+        ("gaussian", 0.6),
+        ("laplacian", 0.6),
+        ("uniform", 1.0),
+        ("epanechnikov", 1.0),
+        ("biweight", 1.3),
+        ("tricube", 1.3),
+    ],
+)
+def test_mean_shift_rejects_the_saddle(kernel, h, device):
+    x = _two_blobs_and_a_saddle_point().to(device)
+    plain = lb.mean_shift(x, h, kernel=kernel, check_maxima=False)
+    assert plain.rejected is None and len(plain.modes) == 3
+    saddle = plain.modes[torch.argmin(plain.modes[:, 0].abs())]
+    assert abs(float(saddle[0])) <= 1e-9  # on the mirror line
+    res = lb.mean_shift(x, h, kernel=kernel)
+    assert len(res.modes) == 2 and res.rejected.shape == (1, 2)
+    torch.testing.assert_close(res.rejected[0], saddle)
+    # the surviving modes are the mirrored pair, untouched by the test
+    torch.testing.assert_close(res.modes, plain.modes[plain.modes[:, 0].abs() > 0.5])
+    torch.testing.assert_close(
+        res.modes[0] * torch.tensor([-1.0, 1.0]).to(x), res.modes[1]
+    )
+    # every point, the one at the origin too, goes to its nearest surviving mode
+    assert torch.equal(res.labels, _cdist(x, res.modes).argmin(1))
+    assert res.labels.device.type == device.type
+
+
+def test_saddle_verdict_agrees_with_the_gaussian_hessian():
+    """The oracle for the Gaussian: ∇² log p̂ (kde_log_hessian, itself checked by autograd)
+    has a positive eigenvalue at the rejected end point and is negative definite at the
+    modes."""
+    x = _two_blobs_and_a_saddle_point()
+    res = lb.mean_shift(x, 0.6, tol=1e-9)
+    ev_modes = torch.linalg.eigvalsh(lb.kde_log_hessian(res.modes, x, 0.6))
+    ev_saddle = torch.linalg.eigvalsh(lb.kde_log_hessian(res.rejected, x, 0.6))
+    assert bool((ev_modes < 0).all())
+    assert float(ev_saddle[0, 0]) < 0 < float(ev_saddle[0, 1])
+
+
+def test_flat_saddle_as_scikit_learn_without_the_check():
+    """scikit-learn's MeanShift keeps the saddle; check_maxima=False reproduces it exactly."""
+    x = _two_blobs_and_a_saddle_point()
+    sk = MeanShift(bandwidth=1.0).fit(x.numpy())
+    plain = lb.mean_shift(x, 1.0, kernel="uniform", check_maxima=False)
+    assert len(sk.cluster_centers_) == 3
+    np.testing.assert_allclose(plain.modes.numpy(), sk.cluster_centers_, atol=1e-12)
+    assert np.array_equal(plain.labels.numpy(), sk.labels_)
+    assert len(lb.mean_shift(x, 1.0, kernel="uniform").modes) == 2
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(5, 60), h=st.floats(0.3, 3.0))
+def test_check_maxima_keeps_every_hessian_maximum(seed, n, h):
+    """Random data (no symmetry, so no seed sits on a saddle's stable manifold): the test keeps
+    every mode, each has a negative definite log-Hessian, and the check changes nothing."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=g, dtype=torch.float64) * 2
+    res = lb.mean_shift(x, h, tol=1e-7, max_iter=500)
+    plain = lb.mean_shift(x, h, tol=1e-7, max_iter=500, check_maxima=False)
+    assert res.rejected.shape == (0, 2)
+    assert torch.equal(res.modes, plain.modes) and torch.equal(res.labels, plain.labels)
+    ev = torch.linalg.eigvalsh(lb.kde_log_hessian(res.modes, x, h))
+    assert bool((ev < 0).all())
+
+
+def test_saddle_of_a_saddle_in_three_dimensions():
+    """Four blobs on the corners of a square in the plane x₃ = 0, mirrored in x₁ and x₂, and
+    a point at the centre: it is a stationary point with two ascent directions; the check
+    rejects it and every survivor is a Hessian maximum."""
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(60, 3, generator=g, dtype=torch.float64) * 0.4
+    a = a + torch.tensor([1.5, 1.5, 0.0], dtype=torch.float64)
+    flips = torch.tensor(
+        [[1.0, 1.0, 1.0], [-1.0, 1.0, 1.0], [1.0, -1.0, 1.0], [-1.0, -1.0, 1.0]],
+        dtype=torch.float64,
+    )
+    x = torch.cat([a * f for f in flips] + [torch.zeros(1, 3, dtype=torch.float64)])
+    plain = lb.mean_shift(x, 0.6, check_maxima=False)
+    res = lb.mean_shift(x, 0.6)
+    assert len(plain.modes) == 5 and len(res.modes) == 4 and len(res.rejected) == 1
+    ev_saddle = torch.linalg.eigvalsh(lb.kde_log_hessian(res.rejected, x, 0.6))[0]
+    assert int((ev_saddle > 0).sum()) == 2
+    assert bool(
+        (torch.linalg.eigvalsh(lb.kde_log_hessian(res.modes, x, 0.6)) < 0).all()
+    )
+
+
+def test_check_maxima_is_reproducible_and_validated():
+    x = _two_blobs_and_a_saddle_point()
+    a = lb.mean_shift(x, 0.6, random_state=3)
+    b = lb.mean_shift(x, 0.6, random_state=3)
+    assert torch.equal(a.modes, b.modes) and torch.equal(a.rejected, b.rejected)
+    half = lb.mean_shift(x.float().half(), 0.6)
+    assert half.rejected.dtype == torch.float16 and len(half.modes) == 2
+    for kwargs, exc, name in [
+        ({"check_maxima": 1}, TypeError, "check_maxima"),
+        ({"perturbation": 0.0}, ValueError, "perturbation"),
+        ({"perturbation": "a"}, TypeError, "perturbation"),
+        ({"random_state": -1}, ValueError, "random_state"),
+        ({"random_state": 1.5}, TypeError, "random_state"),
+    ]:
+        with pytest.raises(exc, match=name):
+            lb.mean_shift(x, 0.6, **kwargs)
