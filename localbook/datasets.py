@@ -582,7 +582,9 @@ def holdout_mask(
     if block is None:
         hide[rows] = (rng.random((len(rows), A.shape[1])) < fraction) & observed[rows]
     else:
-        sq = _squares(rng, len(rows), H, W, block) & observed[rows]
+        # a stream of its own: block_mask(seed=s) and holdout_mask(seed=s) never coincide
+        sq = _squares(np.random.default_rng([seed, 1]), len(rows), H, W, block)
+        sq &= observed[rows]
         keep = sq.any(1) & (observed[rows] & ~sq).any(1)
         hide[rows[keep]] = sq[keep]
     return hide
