@@ -9,12 +9,14 @@ r"""Embeddings as local means: LLE, asymmetric MDS, and triplet (hyperkernel) em
   The symmetric part of ``δ`` fixes the positions, the skew-symmetric part the radii, in closed form.
 * **Triplet embeddings** (TriMap, ordinal embedding) are in :mod:`localbook.triplets`, re-exported
   here.
-* **Trustworthiness** (Venna & Kaski 2001) scores any map by how many of each point's map
-  neighbours are far in the data, with the data's distances formed in row chunks.
+* **Trustworthiness** and **continuity** (Venna & Kaski 2001) score any map by how many of each
+  point's map neighbours are far in the data, and how many of its data neighbours are far in the
+  map, at one or several neighbourhood sizes, with the distances formed in row chunks.
 """
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,6 +28,7 @@ from ._validate import (
     check_points,
     check_positive_float,
     check_positive_int,
+    check_positive_ints,
 )
 from .kernels import (
     _augment_data,
@@ -43,23 +46,39 @@ __all__ = [
     "AsymmetricMDS",
     "asymmetric_mds",
     "trustworthiness",
+    "continuity",
+    "trustworthiness_continuity",
+    "NeighborhoodScores",
 ]
 
 
-def _sq_dist_rows(x: torch.Tensor):
-    """Yield ``(rows, d2)``: squared distances ``d2 (r, n)`` from chunks of rows of ``x`` to all
-    of ``x``, one fused matrix product per chunk (the data side is built once), with each point's
-    distance to itself set to ``inf``."""
+class _Distances:
+    """Squared distances from chosen rows of ``x`` to all of ``x``, one fused matrix product
+    per call (the data side is built once), each row's distance to its own point set to
+    ``inf``."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self.h = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+        self.center = data_center(x)
+        self.bb = _augment_data(x, self.h, self.center)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        d2 = _sq_dist_augmented(self.x[ids], self.bb, self.h, self.center)
+        d2[torch.arange(len(ids), device=d2.device), ids] = float("inf")
+        return d2
+
+
+def _sq_dist_rows(x: torch.Tensor, rows: Optional[torch.Tensor] = None, width: int = 1):
+    """Yield ``(sl, d2)``: squared distances ``d2 (r, n)`` from the points ``rows[sl]`` (all
+    points when ``rows`` is None) to all of ``x``, in row chunks under the memory budget
+    (``width`` such matrices alive at once), each point's distance to itself ``inf``."""
     n = x.shape[0]
-    h = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
-    center = data_center(x)
-    bb = _augment_data(x, h, center)
-    rows = chunk_rows(n, n, 1, x.element_size(), None, x.device)
-    for sl in iter_chunks(n, rows):
-        d2 = _sq_dist_augmented(x[sl], bb, h, center)
-        r = torch.arange(d2.shape[0], device=x.device)
-        d2[r, r + sl.start] = float("inf")
-        yield sl, d2
+    rows = torch.arange(n, device=x.device) if rows is None else rows
+    dist = _Distances(x)
+    step = chunk_rows(len(rows), n, width, x.element_size(), None, x.device)
+    for sl in iter_chunks(len(rows), step):
+        yield sl, dist.rows(rows[sl])
 
 
 def _knn_self(x: torch.Tensor, k: int):
@@ -326,7 +345,146 @@ def asymmetric_mds(
     return AsymmetricMDS(Y, r, sym + skew, sym, skew)
 
 
-# --- triplets and hyperkernels --------------------------------------------------------------------
+# --- neighbourhood scores: trustworthiness and continuity -----------------------------------------
+def _rank_counts(d2: torch.Tensor, t: torch.Tensor):
+    """``below = #(d2 < t)`` and ``upto = #(d2 <= t)`` per row, ``(r, c)``, for ``d2 (r, n)``
+    and thresholds ``t (r, c)``: counting passes for few thresholds, one sort per row for many
+    (fewer than ``2 log2 n`` thresholds: counting is cheaper)."""
+    t = t.contiguous()
+    if t.shape[1] > 2 * max(1, d2.shape[1].bit_length()):
+        srt = d2.sort(1).values
+        return torch.searchsorted(srt, t), torch.searchsorted(srt, t, right=True)
+    cols = range(t.shape[1])
+    below = torch.stack([(d2 < t[:, c : c + 1]).sum(1) for c in cols], 1)
+    upto = torch.stack([(d2 <= t[:, c : c + 1]).sum(1) for c in cols], 1)
+    return below, upto
+
+
+def _tie_penalty(below, upto, k):
+    r"""The expected :math:`\max(0, r - k)` for a rank :math:`r` drawn uniformly from
+    ``below + 1 .. upto`` (a point tied with ``upto − below − 1`` others), in float64:
+    :math:`(S(\text{upto}) - S(\text{below}))/(\text{upto} - \text{below})` with
+    :math:`S(m) = \sum_{r \le m} \max(0, r - k) = (m - k)_+ (m - k + 1)_+ / 2`."""
+
+    def s_of(m):
+        m = m.double()
+        return (m - k).clamp(min=0) * (m - k + 1).clamp(min=0) / 2
+
+    return (s_of(upto) - s_of(below)) / (upto - below).double()
+
+
+def _first_neighbours(d2: torch.Tensor, ks: torch.Tensor):
+    r"""Each row's nearest points ``idx (r, J)`` with the probability ``p (K, r, J)`` that each
+    is among the ``k`` nearest, for each ``k`` of ``ks``, when exactly tied distances are
+    ordered at random: 1 below the ``k``-th smallest distance :math:`v_k`, and
+    :math:`(k - \#\{d < v_k\})/\#\{d = v_k\}` at it. ``J`` grows until every tie at the largest
+    ``k`` is inside."""
+    kmax, n_fin = int(ks.max()), d2.shape[1] - 1  # the point itself is at inf
+    J = min(n_fin, kmax + 1)
+    while True:
+        vals, idx = torch.topk(d2, J, dim=1, largest=False)
+        if J == n_fin or bool((vals[:, -1] > vals[:, kmax - 1]).all()):
+            break
+        J = min(n_fin, 2 * J)
+    vk = vals[:, ks - 1].T[:, :, None]  # (K, r, 1)
+    lower = (vals < vk).sum(2, keepdim=True)
+    equal = (vals == vk).sum(2, keepdim=True)
+    share = (ks[:, None, None] - lower).double() / equal.double()
+    p = torch.where(vals < vk, 1.0, torch.where(vals == vk, share, 0.0))
+    return idx, p
+
+
+@dataclass
+class NeighborhoodScores:
+    r"""Result of :func:`trustworthiness_continuity`: scores at each neighbourhood size ``k``.
+
+    The per-point scores average to the scores: ``trustworthiness = per_point.mean(-1)``.
+    """
+
+    n_neighbors: torch.Tensor  #: the sizes ``k``, ``(K,)``
+    trustworthiness: torch.Tensor  #: ``(K,)``, or ``(E, K)`` for ``E`` embeddings
+    continuity: torch.Tensor  #: same shape
+    trustworthiness_per_point: (
+        torch.Tensor
+    )  #: ``(K, m)`` or ``(E, K, m)``, one per anchor
+    continuity_per_point: torch.Tensor  #: same shape
+    anchors: torch.Tensor  #: the ``m`` points ``i`` scored, ``(m,)``
+
+
+def _check_embeddings(y, x):
+    single = not isinstance(y, (list, tuple))
+    ys = [y] if single else list(y)
+    if not ys:
+        raise ValueError(
+            "y is an empty list; give an embedding (n, p) or a list of them"
+        )
+    out = []
+    for a, ya in enumerate(ys):
+        name = "y" if single else f"y[{a}]"
+        Y = check_points(ya, name).to(x.device)
+        if Y.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"{name} has {Y.shape[0]} points but x has {x.shape[0]}; they must match"
+            )
+        out.append(Y)
+    return out, single
+
+
+def _neighborhood_scores(x, y, n_neighbors, anchors, trust: bool, cont: bool):
+    """Per-point trustworthiness and continuity ``(E, K, m)`` (float64, CPU), in one pass over
+    the distances of ``x`` from the anchors (the expensive part), shared by every embedding."""
+    x = check_points(x, "x")
+    n = x.shape[0]
+    many = not isinstance(n_neighbors, numbers.Integral)
+    ks = check_positive_ints(n_neighbors, "n_neighbors") if many else [n_neighbors]
+    ks = [check_positive_int(k, "n_neighbors") for k in ks]
+    if not max(ks) < n / 2:
+        raise ValueError(
+            f"n_neighbors must be less than n / 2 = {n / 2} (n = {n} points), "
+            f"got {max(ks)}"
+        )
+    ys, single = _check_embeddings(y, x)
+    if anchors is None:
+        rows = torch.arange(n, device=x.device)
+    else:
+        rows = torch.as_tensor(anchors, device=x.device)
+        if rows.numel() == 0:
+            raise ValueError("anchors is empty; give at least one point index")
+        if rows.is_floating_point() or rows.dtype == torch.bool or rows.ndim != 1:
+            raise TypeError("anchors must be a 1-D array of integer point indices")
+        if bool((rows < 0).any() | (rows >= n).any()):
+            raise ValueError(
+                f"anchors must be a non-empty set of indices in [0, {n - 1}]"
+            )
+        rows = rows.long()
+    K = torch.tensor(ks, device=x.device)
+    E, m = len(ys), len(rows)
+    pen = torch.zeros(2, E, len(ks), m, dtype=torch.float64)
+    dist_y = [_Distances(Y) for Y in ys]
+    for sl, d2 in _sq_dist_rows(x, rows, width=2):
+        if cont:
+            idx, p = _first_neighbours(d2, K)
+        nb = []
+        for a, dy in enumerate(dist_y):
+            d2y = dy.rows(rows[sl])
+            if trust:
+                nb.append(_first_neighbours(d2y, K))
+            if cont:  # the ranks in y of the points nearest in x
+                below, upto = _rank_counts(d2y, d2y.gather(1, idx))
+                exc = _tie_penalty(below, upto, K[:, None, None])  # (K, r, J)
+                pen[1, a, :, sl] = (p * exc).sum(2).cpu()
+        if trust:  # the ranks in x of the points nearest in each y, in one count
+            cols = torch.cat([i_ for i_, _ in nb], 1)
+            below, upto = _rank_counts(d2, d2.gather(1, cols))
+            exc = _tie_penalty(below, upto, K[:, None, None])  # (K, r, sum J)
+            parts = torch.split(exc, [i_.shape[1] for i_, _ in nb], dim=2)
+            for a, ((_, p_a), e_a) in enumerate(zip(nb, parts)):
+                pen[0, a, :, sl] = (p_a * e_a).sum(2).cpu()
+    Kd = K.double().cpu()
+    score = 1.0 - pen * (2.0 / (Kd * (2.0 * n - 3.0 * Kd - 1.0)))[:, None]
+    return score, rows, ks, single
+
+
 def trustworthiness(x, y, n_neighbors: int = 5):
     r"""Trustworthiness of an embedding ``y`` of the points ``x`` (Venna & Kaski 2001).
 
@@ -337,10 +495,12 @@ def trustworthiness(x, y, n_neighbors: int = 5):
     where :math:`N^y_k(i)` are the ``k = n_neighbors`` nearest neighbours of ``i`` in the embedding
     and :math:`r(i, j)` is the rank of ``j`` among the Euclidean distances from ``i`` in ``x``
     (1 for the nearest, the point itself excluded). 1 when every embedding neighbour is a data
-    neighbour. Exactly tied distances (as computed) are ranked in random order, in expectation: a ``j`` that
-    shares its distance with ``T − 1`` other points gets the mean penalty over the ``T`` ranks
-    they occupy (this library's convention: Venna & Kaski assume distinct distances, and
-    scikit-learn ranks ties as its sort happens to leave them). Without ties, the
+    neighbour. Exactly tied distances (as computed) are ordered at random, in expectation: a
+    ``j`` that shares its data distance with ``T − 1`` other points gets the mean penalty over
+    the ``T`` ranks they occupy, and a point tied with others at the ``k``-th embedding
+    distance belongs to :math:`N^y_k(i)` with the probability that a random order puts it in
+    (this library's convention: Venna & Kaski assume distinct distances, and scikit-learn
+    ranks ties as its sort happens to leave them). Without ties, the
     number of scikit-learn's ``sklearn.manifold.trustworthiness`` (Euclidean metric), without
     its dense ``(n, n)`` distance and rank matrices: the distances of ``x`` are formed in row
     chunks under the memory budget (one fused matrix product per chunk, in ``x``'s dtype — in
@@ -350,63 +510,68 @@ def trustworthiness(x, y, n_neighbors: int = 5):
     ``x (n, d)``; ``y (n, p)`` → a float, or a list or tuple of embeddings ``(n, p_a)`` → a list of
     floats, all scored in one pass over the distances of ``x`` (the expensive part). Needs
     ``n_neighbors < n / 2``. The embedding neighbours are found in each ``y``'s own dtype, on
-    ``x``'s device.
+    ``x``'s device. :func:`trustworthiness_continuity` gives several ``k`` at once, with
+    :func:`continuity`.
     """
-    x = check_points(x, "x")
-    n = x.shape[0]
-    k = check_positive_int(n_neighbors, "n_neighbors")
-    if not k < n / 2:
-        raise ValueError(
-            f"n_neighbors must be less than n / 2 = {n / 2} (n = {n} points), got {k}"
-        )
-    single = not isinstance(y, (list, tuple))
-    ys = [y] if single else list(y)
-    if not ys:
-        raise ValueError(
-            "y is an empty list; give an embedding (n, p) or a list of them"
-        )
-    nbrs = []
-    for a, ya in enumerate(ys):
-        name = "y" if single else f"y[{a}]"
-        Y = check_points(ya, name).to(x.device)
-        if Y.shape[0] != n:
-            raise ValueError(
-                f"{name} has {Y.shape[0]} points but x has {n}; they must match"
-            )
-        nbrs.append(_knn_self(Y, k)[1])
-    nb_all = torch.cat(nbrs, 1)  # (n, E k)
-    cols = nb_all.shape[1]
-    use_sort = cols > 2 * max(
-        1, n.bit_length()
-    )  # one sort per row beats 2 E k counting passes
-    penalty = torch.zeros(len(ys), dtype=torch.float64)
-
-    def s_of(m):  # S(m) = sum of max(0, r - k) over the ranks r = 1..m
-        return ((m - k).clamp(min=0) * (m - k + 1).clamp(min=0)).double() / 2
-
-    for sl, d2 in _sq_dist_rows(x):
-        dt = d2.gather(
-            1, nb_all[sl]
-        ).contiguous()  # (r, E k): distances to the embedding neighbours
-        if use_sort:
-            srt = d2.sort(1).values
-            below, upto = (
-                torch.searchsorted(srt, dt),
-                torch.searchsorted(srt, dt, right=True),
-            )
-        else:
-            below = torch.stack(
-                [(d2 < dt[:, c : c + 1]).sum(1) for c in range(cols)], 1
-            )
-            upto = torch.stack(
-                [(d2 <= dt[:, c : c + 1]).sum(1) for c in range(cols)], 1
-            )
-        # j shares its distance with upto - below points (itself included): the ranks below + 1 ..
-        # upto, each equally likely, so the expected penalty is (S(upto) - S(below)) / (upto - below)
-        excess = (s_of(upto) - s_of(below)) / (upto - below).double()
-        penalty += excess.reshape(-1, len(ys), k).sum((0, 2)).cpu()
-    t = 1.0 - penalty * (2.0 / (n * k * (2.0 * n - 3.0 * k - 1.0)))
+    if not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool):
+        check_positive_int(n_neighbors, "n_neighbors")  # raises the TypeError
+    score, _, _, single = _neighborhood_scores(x, y, n_neighbors, None, True, False)
+    t = score[0, :, 0].mean(1)
     return float(t[0]) if single else [float(v) for v in t]
+
+
+def continuity(x, y, n_neighbors: int = 5):
+    r"""Continuity of an embedding ``y`` of the points ``x`` (Venna & Kaski 2001).
+
+    .. math::
+
+        C(k) = 1 - \frac{2}{n k (2n - 3k - 1)} \sum_{i=1}^n \sum_{j \in N^x_k(i)} \max(0, \hat r(i, j) - k),
+
+    the trustworthiness with the roles swapped: :math:`N^x_k(i)` are the ``k`` nearest
+    neighbours of ``i`` in the data and :math:`\hat r(i, j)` the rank of ``j`` among the
+    distances from ``i`` in the embedding. 1 when every data neighbour stays an embedding
+    neighbour; it penalizes what a map tears apart, trustworthiness what it glues together.
+    Ties are averaged over their random orders, as in :func:`trustworthiness`: in the ranks
+    and in the neighbour sets :math:`N^x_k(i)`. Without ties, equal to
+    ``sklearn.manifold.trustworthiness(y, x)``. ``x (n, d)``, ``y (n, p)`` or a list of
+    embeddings → a float or a list; ``n_neighbors < n / 2``.
+    """
+    if not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool):
+        check_positive_int(n_neighbors, "n_neighbors")
+    score, _, _, single = _neighborhood_scores(x, y, n_neighbors, None, False, True)
+    c = score[1, :, 0].mean(1)
+    return float(c[0]) if single else [float(v) for v in c]
+
+
+def trustworthiness_continuity(
+    x, y, n_neighbors=(5, 10, 20, 50, 100), anchors=None
+) -> NeighborhoodScores:
+    r"""Trustworthiness and continuity of embeddings at several neighbourhood sizes at once.
+
+    :func:`trustworthiness` and :func:`continuity` at every ``k`` of ``n_neighbors``, for one
+    embedding ``y (n, p)`` or a list of them, from one pass over the distances of ``x (n, d)``:
+    per chunk of anchor points the ranks in ``x`` and in each ``y`` are counted once (one sort
+    per row when there are many) and serve every ``k``. Per point ``i`` the scores are
+    :math:`t_i(k) = 1 - \frac{2}{k(2n - 3k - 1)} \sum_{j \in N^y_k(i)} \max(0, r(i, j) - k)`
+    and the same with the roles swapped for :math:`c_i(k)`; :math:`T(k)` and :math:`C(k)` are
+    their means over the anchors. ``anchors (m,)`` (indices; all ``n`` points by default)
+    scores only those points: then the means are unbiased estimates of :math:`T` and
+    :math:`C` from a random set of anchors, at about ``m / n`` of the cost, and the
+    per-point scores give their standard errors. Returns :class:`NeighborhoodScores`
+    (float64, on the CPU).
+    """
+    score, rows, ks, single = _neighborhood_scores(
+        x, y, n_neighbors, anchors, True, True
+    )
+    per = (score[0, 0], score[1, 0]) if single else (score[0], score[1])
+    return NeighborhoodScores(
+        torch.tensor(ks),
+        per[0].mean(-1),
+        per[1].mean(-1),
+        per[0],
+        per[1],
+        rows.cpu(),
+    )
 
 
 # the triplet embeddings of chapter 11 live in their own module; their old path still works

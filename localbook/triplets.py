@@ -4,8 +4,16 @@ A *hyperkernel* on triplets, :math:`\kappa(y_i; y_j, y_k) = s_{ij} / (s_{ij} + s
 :math:`s = (1 + \lVert y - y'\rVert^2)^{-1}`, is the weight a two-point local mean at ``y_i``
 gives ``j`` against ``k``. TriMap (Amid & Warmuth 2019) minimizes
 :math:`\sum \omega_{ijk} (1 - \kappa_{ijk})` over triplets sampled from the data's neighbours;
-ordinal embedding fits points to "``i`` is closer to ``j`` than to ``k``" statements alone. The
-gradient of the triplet losses is in closed form (checked against autograd in the tests).
+ordinal embedding fits points to "``i`` is closer to ``j`` than to ``k``" statements alone.
+
+The two stochastic triplet embeddings of van der Maaten & Weinberger (2012) are the loss
+:math:`-\sum \omega_{ijk} \log p_{ijk}`, :math:`p_{ijk} = s_{ij}/(s_{ij} + s_{ik})`, with two
+similarities: **STE** (``kind="ste"``) the Gaussian :math:`s = e^{-\lVert y - y'\rVert^2}`, so
+:math:`p_{ijk}` is the logistic function of :math:`d_{ik}^2 - d_{ij}^2`; **t-STE**
+(``kind="tste"``) the Student-t kernel with :math:`\alpha` degrees of freedom,
+:math:`s = (1 + \lVert y - y'\rVert^2/\alpha)^{-(\alpha + 1)/2}`, whose case
+:math:`\alpha = 1` gives :math:`p_{ijk} = \kappa_{ijk}`. The gradient of every triplet loss is
+in closed form (checked against autograd in the tests).
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from ._validate import (
     check_positive_int,
 )
 from .embedding import _knn_self, _row_sq_dist
+
+KINDS = ["trimap", "ste", "tste", "hinge"]  # the losses of triplet_loss
 
 __all__ = [
     "triplet_hyperkernel",
@@ -47,6 +57,11 @@ def _check_triplets(triplets, n: int, device) -> torch.Tensor:
     return t.long()
 
 
+def _softplus(z):
+    """log(1 + e^z), exact at every z (torch's softplus turns linear above z = 20)."""
+    return torch.logaddexp(z, torch.zeros_like(z))
+
+
 def _student_t(Y, a, b):
     # index_select: its backward is index_add_, far faster on CPU than advanced indexing's
     diff = Y.index_select(0, a) - Y.index_select(0, b)
@@ -67,19 +82,31 @@ def triplet_hyperkernel(y, triplets) -> torch.Tensor:
     return sij / (sij + sik)
 
 
-def triplet_loss(y, triplets, weights=None, kind: str = "trimap") -> torch.Tensor:
+def triplet_loss(
+    y, triplets, weights=None, kind: str = "trimap", alpha: float = 1.0
+) -> torch.Tensor:
     r"""A loss on triplets "``i`` is closer to ``j`` than to ``k``", summed over triplets (a scalar).
+
+    With :math:`d_{ab}^2 = \lVert y_a - y_b\rVert^2`:
 
     * ``"trimap"``: :math:`\sum \omega_{ijk}\,(1 - \kappa_{ijk}) = \sum \omega_{ijk}\, s_{ik}/(s_{ij} + s_{ik})`
       (Amid & Warmuth 2019), bounded per triplet, so badly violated triplets cannot dominate;
-    * ``"ste"``: :math:`-\sum \omega_{ijk} \log \kappa_{ijk}` (t-STE, van der Maaten & Weinberger 2012);
-    * ``"hinge"``: :math:`\sum \omega_{ijk}\, (1 + \lVert y_i - y_j\rVert^2 - \lVert y_i - y_k\rVert^2)_+`
+    * ``"ste"``: STE (van der Maaten & Weinberger 2012), :math:`-\sum \omega_{ijk} \log p_{ijk}`
+      with the Gaussian kernel, :math:`p_{ijk} = e^{-d_{ij}^2}/(e^{-d_{ij}^2} + e^{-d_{ik}^2})`,
+      i.e. :math:`\sum \omega_{ijk} \log(1 + e^{d_{ij}^2 - d_{ik}^2})`;
+    * ``"tste"``: t-STE (the same paper), :math:`-\sum \omega_{ijk} \log p_{ijk}` with the
+      Student-t kernel of ``alpha`` degrees of freedom,
+      :math:`p_{ijk} = s_{ij}/(s_{ij} + s_{ik})`, :math:`s = (1 + d^2/\alpha)^{-(\alpha+1)/2}`;
+      at ``alpha = 1``, :math:`-\sum \omega_{ijk} \log \kappa_{ijk}`;
+    * ``"hinge"``: :math:`\sum \omega_{ijk}\, (1 + d_{ij}^2 - d_{ik}^2)_+`
       (generalized non-metric MDS).
 
     These are the ordinal-embedding losses; ``kappa`` is :func:`triplet_hyperkernel`. ``y (n, p)``
-    (differentiable), ``triplets (m, 3)``, ``weights (m,)`` or ``None`` (all one).
+    (differentiable), ``triplets (m, 3)``, ``weights (m,)`` or ``None`` (all one); ``alpha > 0``
+    is used by ``"tste"`` only.
     """
-    kind = check_choice(kind, "kind", ["trimap", "ste", "hinge"])
+    kind = check_choice(kind, "kind", KINDS)
+    alpha = check_positive_float(alpha, "alpha")
     Y = check_points(y, "y")
     t = _check_triplets(triplets, Y.shape[0], Y.device)
     w = None
@@ -92,13 +119,20 @@ def triplet_loss(y, triplets, weights=None, kind: str = "trimap") -> torch.Tenso
         if bool((w < 0).any()):
             raise ValueError("weights must be non-negative")
     i, j, k = t[:, 0], t[:, 1], t[:, 2]
-    if kind == "hinge":
+    if kind == "trimap":
+        sij, sik = _student_t(Y, i, j), _student_t(Y, i, k)
+        per = sik / (sij + sik)
+    else:
         dij = ((Y[i] - Y[j]) ** 2).sum(-1)
         dik = ((Y[i] - Y[k]) ** 2).sum(-1)
-        per = torch.relu(1.0 + dij - dik)
-    else:
-        sij, sik = _student_t(Y, i, j), _student_t(Y, i, k)
-        per = sik / (sij + sik) if kind == "trimap" else -torch.log(sij / (sij + sik))
+        if kind == "hinge":
+            per = torch.relu(1.0 + dij - dik)
+        elif kind == "ste":  # -log p = softplus(log s_ik - log s_ij), log s = -d²
+            per = _softplus(dij - dik)
+        else:  # log s = -(alpha + 1)/2 · log(1 + d²/alpha)
+            c = (alpha + 1.0) / 2.0
+            z = c * (torch.log1p(dij / alpha) - torch.log1p(dik / alpha))
+            per = _softplus(z)
     return (per * w).sum() if w is not None else per.sum()
 
 
@@ -225,6 +259,7 @@ def triplet_embedding(
     kind: str = "trimap",
     seed=0,
     init=None,
+    alpha: float = 1.0,
 ):
     r"""A TriMap-style embedding: minimize :func:`triplet_loss` over :func:`trimap_triplets`.
 
@@ -235,7 +270,8 @@ def triplet_embedding(
     neighbour search and the PCA start. Not the ``trimap`` package: the same kind of triplets and
     the same loss, the weights of the original TriMap code (``trimap`` 1.2 uses a tempered
     logarithm instead of :math:`\log(1 + \gamma(\tilde\omega + 10^{-4}))`), and a different
-    optimizer (``trimap`` uses delta-bar-delta gradient descent).
+    optimizer (``trimap`` uses delta-bar-delta gradient descent). ``kind`` and ``alpha``
+    choose the loss of :func:`triplet_loss` (TriMap's by default).
 
     Each step evaluates the gradient in closed form (no autograd graph; the forces on all the
     triplets' points are summed by one ``scatter_add_``), so a step costs a few passes over the
@@ -245,7 +281,8 @@ def triplet_embedding(
     n_components = check_positive_int(n_components, "n_components", maximum=x.shape[1])
     n_iter = check_positive_int(n_iter, "n_iter", minimum=0)
     lr = check_positive_float(lr, "lr")
-    kind = check_choice(kind, "kind", ["trimap", "ste", "hinge"])
+    kind = check_choice(kind, "kind", KINDS)
+    alpha = check_positive_float(alpha, "alpha")
     args = _check_trimap_args(x, n_inliers, n_outliers, n_random, 500.0)
     single = not isinstance(seed, (list, tuple, range))
     seeds = [
@@ -264,7 +301,7 @@ def triplet_embedding(
             )
     knn = _trimap_knn(x, args[0])
     out = [
-        _fit_triplets(Y0, *_trimap_sample(x, knn, *args, s_), n_iter, lr, kind)
+        _fit_triplets(Y0, *_trimap_sample(x, knn, *args, s_), n_iter, lr, kind, alpha)
         for s_ in seeds
     ]
     return out[0] if single else out
@@ -278,14 +315,16 @@ class _TripletGrad:
     With :math:`a_{ij} = 1 + \lVert y_i - y_j\rVert^2 = 1/s_{ij}` and :math:`S = a_{ij} + a_{ik}`,
     the derivatives in :math:`q_{ij} = \lVert y_i - y_j\rVert^2` and :math:`q_{ik}` are, per unit
     weight, :math:`\kappa(1-\kappa)s_{ij} = a_{ik}/S^2` and :math:`-\kappa(1-\kappa)s_{ik} =
-    -a_{ij}/S^2` (TriMap), :math:`(1-\kappa)s_{ij} = 1/S` and :math:`-(1-\kappa)s_{ik} =
-    -a_{ij}/(a_{ik}S)` (t-STE), :math:`\pm 1` on the active terms (hinge). With
+    -a_{ij}/S^2` (TriMap), :math:`\pm(1-p)` (STE, :math:`1 - p = \sigma(q_{ij} - q_{ik})`),
+    :math:`\pm(1-p)\,\tfrac{\alpha+1}{2}/(\alpha + q)` with :math:`q = q_{ij}` or :math:`q_{ik}`
+    (t-STE; at :math:`\alpha = 1`, :math:`(1-\kappa)s_{ij} = 1/S`), :math:`\pm 1` on the
+    active terms (hinge). With
     :math:`\partial q_{ij}/\partial y_i = 2(y_i - y_j) = -\partial q_{ij}/\partial y_j`, the forces
     on ``i``, ``j`` and ``k`` are gathered into one buffer and added by one ``scatter_add_``."""
 
-    def __init__(self, trip, w, kind, p):
+    def __init__(self, trip, w, kind, p, alpha=1.0):
         self.i, self.j, self.k = (trip[:, c].contiguous() for c in range(3))
-        self.w, self.kind, m = w, kind, trip.shape[0]
+        self.w, self.kind, self.alpha, m = w, kind, alpha, trip.shape[0]
         self.ijk = torch.cat([self.i, self.j, self.k])
         self.index = self.ijk[None, :].expand(p, 3 * m)
         # buffers reused by every call: a step allocates no triplet-sized temporaries
@@ -320,22 +359,28 @@ class _TripletGrad:
             gik.copy_(gij)  # minus the derivative in q_ik
             if with_loss:
                 loss = (w * margin.clamp(min=0)).sum()
-        else:
+        elif self.kind == "trimap":
             S = torch.add(aij, aik, out=gik)  # a_ij + a_ik, in gik's buffer for now
             if with_loss:
-                loss = (
-                    (w * aij / S).sum()
-                    if self.kind == "trimap"  # 1 - kappa = a_ij / S
-                    else (w * torch.log(S / aik)).sum()
-                )  # -log kappa
-            if self.kind == "trimap":
-                r = S.square_().reciprocal_().mul_(w)  # w / S²
-                torch.mul(r, aik, out=gij)
-                r.mul_(aij)  # gik = w a_ij / S²
+                loss = (w * aij / S).sum()  # 1 - kappa = a_ij / S
+            r = S.square_().reciprocal_().mul_(w)  # w / S²
+            torch.mul(r, aik, out=gij)
+            r.mul_(aij)  # gik = w a_ij / S²
+        else:  # STE and t-STE: loss softplus(z), z = log s_ik − log s_ij, 1 − p = σ(z)
+            if self.kind == "ste":
+                z = aij - aik  # q_ij − q_ik
             else:
-                r = S.reciprocal_().mul_(w)  # w / S
+                al, c = self.alpha, (self.alpha + 1.0) / 2.0
+                z = c * (torch.log1p((aij - 1.0) / al) - torch.log1p((aik - 1.0) / al))
+            if with_loss:
+                loss = (w * _softplus(z)).sum()
+            r = torch.sigmoid(z).mul_(w)  # w (1 − p)
+            if self.kind == "ste":
                 gij.copy_(r)
-                r.mul_(aij).div_(aik)  # gik = w a_ij / (a_ik S)
+                gik.copy_(r)
+            else:  # d log s / d q = −c / (alpha − 1 + a), a = 1 + q
+                torch.div(r, aij.add(al - 1.0), out=gij).mul_(c)
+                torch.div(r, aik.add(al - 1.0), out=gik).mul_(c)
         fij, fik = dij.mul_(gij.mul_(2.0)), dik.mul_(gik.mul_(2.0))
         torch.sub(fij, fik, out=self.vals[:, :m])
         torch.neg(fij, out=self.vals[:, m : 2 * m])
@@ -344,11 +389,12 @@ class _TripletGrad:
         return (grad, loss) if with_loss else grad
 
 
-def _fit_triplets(Y0, trip, w, n_iter, lr, kind):
-    """``n_iter`` full-batch Adam steps on ``triplet_loss(Y, trip, w / w.sum(), kind)`` from ``Y0``."""
+def _fit_triplets(Y0, trip, w, n_iter, lr, kind, alpha=1.0):
+    """``n_iter`` full-batch Adam steps on ``triplet_loss(Y, trip, w / w.sum(), kind, alpha)``
+    from ``Y0``."""
     Yt = Y0.T.clone().contiguous().requires_grad_(True)  # (p, n): see _TripletGrad
     opt = torch.optim.Adam([Yt], lr=lr)
-    grad = _TripletGrad(trip, w / w.sum(), kind, Yt.shape[0])
+    grad = _TripletGrad(trip, w / w.sum(), kind, Yt.shape[0], alpha)
     for _ in range(n_iter):
         Yt.grad = grad(Yt.detach())
         opt.step()
@@ -359,17 +405,18 @@ def ordinal_embedding(
     triplets,
     n_points: int,
     n_components: int = 2,
-    kind: str = "ste",
+    kind: str = "tste",
     n_iter: int = 500,
     lr: float = 0.1,
     seed: int = 0,
     dtype=None,
     device=None,
+    alpha: float = 1.0,
 ) -> torch.Tensor:
     r"""Ordinal embedding: points that satisfy "``i`` is closer to ``j`` than to ``k``" statements.
 
     Only the comparisons are given, no coordinates. Minimizes :func:`triplet_loss` of ``kind``
-    (``"ste"`` by default) from a small random start with ``n_iter`` Adam steps. ``triplets (m, 3)``
+    (t-STE with ``alpha`` degrees of freedom by default) from a small random start with ``n_iter`` Adam steps. ``triplets (m, 3)``
     integer indices into ``n_points`` objects; returns ``(n_points, n_components)``, determined up
     to a similarity transform (and only ordinally).
     """
@@ -377,7 +424,8 @@ def ordinal_embedding(
     n_components = check_positive_int(n_components, "n_components")
     n_iter = check_positive_int(n_iter, "n_iter", minimum=0)
     lr = check_positive_float(lr, "lr")
-    kind = check_choice(kind, "kind", ["trimap", "ste", "hinge"])
+    kind = check_choice(kind, "kind", KINDS)
+    alpha = check_positive_float(alpha, "alpha")
     device = torch.device(device) if device is not None else torch.device("cpu")
     t = _check_triplets(triplets, n_points, device)
     dtype = dtype or torch.get_default_dtype()
@@ -386,7 +434,13 @@ def ordinal_embedding(
         device
     )
     return _fit_triplets(
-        Y0, t, torch.ones(t.shape[0], dtype=dtype, device=device), n_iter, lr, kind
+        Y0,
+        t,
+        torch.ones(t.shape[0], dtype=dtype, device=device),
+        n_iter,
+        lr,
+        kind,
+        alpha,
     )
 
 

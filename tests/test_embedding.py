@@ -175,7 +175,18 @@ def test_triplet_hyperkernel_and_losses_by_hand():
     kappa = sij / (sij + sik)
     assert lb.triplet_hyperkernel(y, t).item() == pytest.approx(kappa)
     assert lb.triplet_loss(y, t, kind="trimap").item() == pytest.approx(1 - kappa)
-    assert lb.triplet_loss(y, t, kind="ste").item() == pytest.approx(-np.log(kappa))
+    assert lb.triplet_loss(y, t, kind="tste").item() == pytest.approx(-np.log(kappa))
+    # STE: the Gaussian kernel, p = e^{-1} / (e^{-1} + e^{-4}) = logistic(4 - 1)
+    p_ste = np.exp(-1.0) / (np.exp(-1.0) + np.exp(-4.0))
+    assert lb.triplet_loss(y, t, kind="ste").item() == pytest.approx(-np.log(p_ste))
+    # t-STE with alpha = 3 degrees of freedom: s = (1 + d²/3)^-2
+    s3 = lambda d2: (1 + d2 / 3) ** -2.0  # noqa: E731
+    p3 = s3(1.0) / (s3(1.0) + s3(4.0))
+    got = lb.triplet_loss(y, t, kind="tste", alpha=3.0).item()
+    assert got == pytest.approx(-np.log(p3))
+    # STE stays finite and exact far out, where p underflows: -log p = d_ij² - d_ik²
+    far = torch.tensor([[0.0, 0.0], [40.0, 0.0], [0.0, 1.0]])
+    assert lb.triplet_loss(far, t, kind="ste").item() == pytest.approx(1600.0 - 1.0)
     assert lb.triplet_loss(y, t, kind="hinge").item() == pytest.approx(0.0)
     assert lb.triplet_loss(
         y, torch.tensor([[0, 2, 1]]), kind="hinge"
@@ -207,7 +218,7 @@ def test_triplet_loss_gradients_in_squared_distances(dij2, dik2):
     t = torch.tensor([[0, 1, 2]])
     sij, sik = 1 / (1 + dij2), 1 / (1 + dik2)
     kap = sij / (sij + sik)
-    for kind, fac in [("trimap", kap * (1 - kap)), ("ste", 1 - kap)]:
+    for kind, fac in [("trimap", kap * (1 - kap)), ("tste", 1 - kap)]:
         (g,) = torch.autograd.grad(lb.triplet_loss(y, t, kind=kind), y)
         # chain rule: dL/dy_j = 2 (y_j - y_i) dL/d dij2, dL/dy_k = 2 (y_k - y_i) dL/d dik2
         expect_j = 2 * (y[1] - y[0]).detach() * fac * sij
@@ -217,7 +228,20 @@ def test_triplet_loss_gradients_in_squared_distances(dij2, dik2):
         assert torch.allclose(g[2], expect_k, rtol=1e-10, atol=tol)
 
 
-def test_ste_pull_vanishes_more_slowly_than_trimap():
+def test_tste_tends_to_ste_as_alpha_grows():
+    # (1 + d²/alpha)^-(alpha+1)/2 -> exp(-d²/2): t-STE with many degrees of freedom is STE
+    # of the map shrunk by sqrt(2); the error is of order d⁴/alpha
+    g = torch.Generator().manual_seed(12)
+    y = torch.randn(20, 2, generator=g)
+    t = torch.tensor([[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14]])
+    alpha = 1e7
+    got = lb.triplet_loss(y, t, kind="tste", alpha=alpha)
+    want = lb.triplet_loss(y / 2**0.5, t, kind="ste")
+    d2max = float(torch.cdist(y, y).max() ** 2)
+    assert abs(float(got - want)) < len(t) * d2max**2 / alpha
+
+
+def test_tste_pull_vanishes_more_slowly_than_trimap():
     # with c = 1 + dik2 fixed the pulls are exactly c/(c + 1 + D)^2 and 1/(c + 1 + D), D = dij2
     c = 2.0
     D = torch.tensor([1e2, 1e4, 1e6], requires_grad=True)
@@ -301,9 +325,10 @@ def test_ordinal_embedding_recovers_points_from_comparisons():
     d = torch.cdist(X, X)
     closer = d[idx[:, 0], idx[:, 1]] < d[idx[:, 0], idx[:, 2]]
     trip = torch.where(closer[:, None], idx, idx[:, [0, 2, 1]])
-    Y = lb.ordinal_embedding(trip, 30, 2, kind="ste", n_iter=300, lr=0.05)
-    assert lb.triplet_accuracy(Y, trip) > 0.95
-    assert procrustes(X.numpy(), Y.numpy())[2] < 0.05
+    for kind in ["tste", "ste"]:
+        Y = lb.ordinal_embedding(trip, 30, 2, kind=kind, n_iter=300, lr=0.05)
+        assert lb.triplet_accuracy(Y, trip) > 0.95
+        assert procrustes(X.numpy(), Y.numpy())[2] < 0.05
 
 
 # --- bad inputs -------------------------------------------------------------------------------------
@@ -334,6 +359,11 @@ def test_bad_inputs():
         lb.triplet_loss(y, [[0.0, 1.0, 2.0]])
     with pytest.raises(ValueError, match="kind"):
         lb.triplet_loss(y, [[0, 1, 2]], kind="svm")
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="alpha"):
+            lb.triplet_loss(y, [[0, 1, 2]], kind="tste", alpha=bad)
+        with pytest.raises(ValueError, match="alpha"):
+            lb.ordinal_embedding([[0, 1, 2]], 3, alpha=bad)
     with pytest.raises(ValueError, match="weights"):
         lb.triplet_loss(y, [[0, 1, 2]], weights=[1.0, 2.0])
     with pytest.raises(ValueError, match="n_points"):
@@ -372,16 +402,20 @@ def test_lle_arpack_matches_sklearn_arpack():
     assert np.max(subspace_angles(Y.numpy(), Ys)) < 1e-5
 
 
-def _autograd_grad(Y, trip, w, kind):
+def _autograd_grad(Y, trip, w, kind, alpha=1.0):
     Yr = Y.clone().requires_grad_(True)
-    loss = lb.triplet_loss(Yr, trip, weights=w, kind=kind)
+    loss = lb.triplet_loss(Yr, trip, weights=w, kind=kind, alpha=alpha)
     (g,) = torch.autograd.grad(loss, Yr)
     return loss.detach(), g
 
 
-@pytest.mark.parametrize("kind", ["trimap", "ste", "hinge"])
+@pytest.mark.parametrize(
+    "kind, alpha",
+    [("trimap", 1.0), ("ste", 1.0), ("tste", 1.0), ("tste", 0.5), ("tste", 4.0)]
+    + [("hinge", 1.0)],
+)
 @pytest.mark.parametrize("p", [1, 2, 3])
-def test_closed_form_triplet_gradient_matches_autograd(kind, p):
+def test_closed_form_triplet_gradient_matches_autograd(kind, alpha, p):
     from localbook.triplets import _TripletGrad
 
     g = torch.Generator().manual_seed(7 + p)
@@ -393,8 +427,8 @@ def test_closed_form_triplet_gradient_matches_autograd(kind, p):
         & (trip[:, 1] != trip[:, 2])
     ]
     w = torch.rand(len(trip), generator=g)
-    loss, grad = _autograd_grad(Y, trip, w, kind)
-    tg = _TripletGrad(trip, w, kind, p)
+    loss, grad = _autograd_grad(Y, trip, w, kind, alpha)
+    tg = _TripletGrad(trip, w, kind, p, alpha)
     for _ in range(2):  # the buffers are reused: a second call gives the same answer
         grad2, loss2 = tg(Y.T.contiguous(), with_loss=True)
         # sums of len(trip) terms of size up to max|w|·max|y|: rounding of that order
@@ -629,3 +663,155 @@ def test_trustworthiness_ties_mean_over_all_tie_orders():
         total += np.mean(pens)
     expected = 1 - 2 * total / (n * k * (2 * n - 3 * k - 1))
     assert lb.trustworthiness(X, Y, n_neighbors=k) == pytest.approx(expected, abs=1e-14)
+
+
+# --- continuity and the curves over k ------------------------------------------------------------
+def _cont_brute(X, Y, k):
+    """Continuity with ties in random order, in expectation, by loops: j is among the k nearest
+    of i in X with probability clip((k - L) / T, 0, 1) (L data distances below d(i, j), T equal
+    to it, j included), and its penalty is the mean of max(0, r - k) over the embedding ranks
+    r = L' + 1 .. L' + T'."""
+    n = len(X)
+    sq = lambda Z: ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1).astype(float)  # noqa: E731
+    D, E = sq(X), sq(Y)
+    np.fill_diagonal(D, np.inf)
+    np.fill_diagonal(E, np.inf)
+    total = 0.0
+    for i in range(n):
+        for j in range(n):
+            if j == i:
+                continue
+            L, T = int((D[i] < D[i, j]).sum()), int((D[i] == D[i, j]).sum())
+            p = min(1.0, max(0.0, (k - L) / T))
+            if p:
+                L2, T2 = int((E[i] < E[i, j]).sum()), int((E[i] == E[i, j]).sum())
+                total += p * np.mean(
+                    [max(0, r - k) for r in range(L2 + 1, L2 + T2 + 1)]
+                )
+    return 1 - 2 * total / (n * k * (2 * n - 3 * k - 1))
+
+
+def test_trustworthiness_continuity_equal_sklearn_without_ties():
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import trustworthiness
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 10)) @ rng.normal(size=(10, 10))
+    Ys = [PCA(2).fit_transform(X), rng.normal(size=(200, 2)), X[:, :3]]
+    ks = [1, 5, 20, 60]
+    res = lb.trustworthiness_continuity(X, Ys, n_neighbors=ks)
+    assert res.trustworthiness.shape == res.continuity.shape == (3, 4)
+    assert res.trustworthiness_per_point.shape == (3, 4, 200)
+    for a, Y in enumerate(Ys):
+        for b, k in enumerate(ks):
+            # continuity is trustworthiness with the roles of data and map swapped
+            sk_t = trustworthiness(X, Y, n_neighbors=k)
+            sk_c = trustworthiness(Y, X, n_neighbors=k)
+            assert float(res.trustworthiness[a, b]) == pytest.approx(sk_t, abs=1e-14)
+            assert float(res.continuity[a, b]) == pytest.approx(sk_c, abs=1e-14)
+        assert lb.continuity(X, Y, n_neighbors=5) == pytest.approx(
+            float(res.continuity[a, 1]), abs=1e-14
+        )
+    assert lb.continuity(X, Ys, 20) == pytest.approx(res.continuity[:, 2].tolist())
+    torch.testing.assert_close(
+        res.trustworthiness, res.trustworthiness_per_point.mean(2)
+    )
+    torch.testing.assert_close(res.continuity, res.continuity_per_point.mean(2))
+    # one embedding: (K,) and (K, n); anchors: the same per-point scores, at those points
+    one = lb.trustworthiness_continuity(X, Ys[0], n_neighbors=ks)
+    assert one.continuity.shape == (4,) and one.continuity_per_point.shape == (4, 200)
+    torch.testing.assert_close(one.continuity, res.continuity[0])
+    some = lb.trustworthiness_continuity(X, Ys, ks, anchors=[3, 50, 7])
+    torch.testing.assert_close(some.anchors, torch.tensor([3, 50, 7]))
+    torch.testing.assert_close(
+        some.continuity_per_point, res.continuity_per_point[:, :, [3, 50, 7]]
+    )
+    torch.testing.assert_close(
+        some.trustworthiness_per_point, res.trustworthiness_per_point[:, :, [3, 50, 7]]
+    )
+    # a map that keeps every distance is perfect at every k
+    perfect = lb.trustworthiness_continuity(X, X, ks)
+    assert float((perfect.continuity - 1).abs().max()) < 1e-15
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(0, 10_000), st.integers(12, 40), st.integers(1, 5), st.integers(1, 4)
+)
+def test_property_continuity_ties_in_expectation(seed, n, k, levels):
+    # integer data and integer maps with few levels: ties in both, at the k-th distance too
+    if not k < n / 2:
+        return
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, levels + 1, size=(n, 3)).astype(float)
+    Y = rng.integers(0, levels + 2, size=(n, 2)).astype(float)
+    ours = lb.continuity(X, Y, n_neighbors=k)
+    assert ours == pytest.approx(_cont_brute(X, Y, k), abs=1e-12)
+    # the curve function: the same number at that k, and the trustworthiness of the same
+    # rule: roles swapped, the tie rule is the same
+    ks = [k, 2 * k] if 2 * k < n / 2 else [k]
+    res = lb.trustworthiness_continuity(X, [Y, Y], n_neighbors=ks)
+    assert res.continuity[:, 0].tolist() == pytest.approx([ours, ours], abs=1e-12)
+    assert float(res.trustworthiness[0, 0]) == pytest.approx(
+        lb.trustworthiness(X, Y, n_neighbors=k), abs=1e-12
+    )
+    assert lb.trustworthiness(Y, X, n_neighbors=k) == pytest.approx(ours, abs=1e-12)
+
+
+def test_continuity_ties_mean_over_all_tie_orders():
+    # the oracle of the tie rule: every order of the other points consistent with the data
+    # distances, and independently every order consistent with the map's, is enumerated;
+    # the penalty of the formula is computed for each pair of orders and averaged
+    import itertools
+
+    X = np.array([[0, 0], [1, 0], [0, 1], [-1, 0], [0, -1], [1, 1], [2, 0]], float)
+    Y = np.array([[0, 0], [0, 1], [1, 0], [2, 0], [0, 2], [1, 1], [1, 2]], float)
+    n, k = len(X), 2
+    sq = lambda Z: ((Z[:, None] - Z[None]) ** 2).sum(-1)  # noqa: E731
+    D, E = sq(X), sq(Y)
+
+    def orders(M, i):
+        others = [j for j in range(n) if j != i]
+        return [
+            o
+            for o in itertools.permutations(others)
+            if all(M[i, a] <= M[i, b] for a, b in zip(o, o[1:]))
+        ]
+
+    total, tied = 0.0, 0
+    for i in range(n):
+        ox, oy = orders(D, i), orders(E, i)
+        tied += len(ox) > 1 and len(oy) > 1
+        pens = []
+        for a in ox:
+            for b in oy:
+                rank = {j: r + 1 for r, j in enumerate(b)}
+                pens.append(sum(max(0, rank[j] - k) for j in a[:k]))
+        total += np.mean(pens)
+    assert tied >= 4  # ties in both spaces in most rows
+    expected = 1 - 2 * total / (n * k * (2 * n - 3 * k - 1))
+    assert lb.continuity(X, Y, n_neighbors=k) == pytest.approx(expected, abs=1e-14)
+
+
+def test_trustworthiness_continuity_device_and_bad_inputs(device):
+    X = torch.as_tensor(_swiss(60), device=device)
+    Y = X[:, :2]
+    res = lb.trustworthiness_continuity(X, Y, n_neighbors=[2, 5])
+    assert bool(((res.continuity > 0) & (res.continuity <= 1)).all())
+    assert res.continuity.device.type == "cpu"
+    with pytest.raises(ValueError, match="n_neighbors"):
+        lb.trustworthiness_continuity(X, Y, n_neighbors=[5, 30])
+    with pytest.raises(ValueError, match="n_neighbors"):
+        lb.trustworthiness_continuity(X, Y, n_neighbors=[])
+    with pytest.raises(ValueError, match="n_neighbors"):
+        lb.continuity(X, Y, n_neighbors=0)
+    with pytest.raises(TypeError, match="n_neighbors"):
+        lb.continuity(X, Y, n_neighbors=2.5)
+    with pytest.raises(TypeError, match="anchors"):
+        lb.trustworthiness_continuity(X, Y, n_neighbors=5, anchors=[0.5, 1.0])
+    with pytest.raises(ValueError, match="anchors"):
+        lb.trustworthiness_continuity(X, Y, n_neighbors=5, anchors=[0, 60])
+    with pytest.raises(ValueError, match="anchors"):
+        lb.trustworthiness_continuity(X, Y, n_neighbors=5, anchors=[])
+    with pytest.raises(ValueError, match="y"):
+        lb.continuity(X, Y[:50])
