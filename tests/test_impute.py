@@ -377,24 +377,12 @@ def test_holdout_mask_hides_only_observed_values():
         holdout_mask(X, 1.0)
 
 
-def test_auto_picks_the_grid_minimum_of_the_holdout_rmse():
-    X = _fashion(60)
-    Xm = _masked(X, missing_at_random_mask(X.shape, 0.5, seed=2))
-    imp = LocalMeanImputer((28, 28)).fit(Xm)
-    sc = imp.holdout_scores_
-    assert sc["rmse"].shape == (len(PIXEL_BANDWIDTH_GRID), len(IMAGE_WEIGHT_GRID))
-    a, b = np.unravel_index(np.argmin(sc["rmse"]), sc["rmse"].shape)
-    assert (imp.pixel_bandwidth_, imp.image_weight_) == (
-        PIXEL_BANDWIDTH_GRID[a],
-        IMAGE_WEIGHT_GRID[b],
-    )
-    # the score at the chosen pair is the RMSE of imputing the hidden values by hand
-    hide = holdout_mask(Xm, imp.holdout, imp.random_state, 200)
+def _holdout_rmse_by_hand(Xm, X, imp, hide):
+    """The two-layer RMSE on the hidden values at the imputer's chosen (h, β)."""
     Xh = Xm.copy()
     Xh[hide] = np.nan
-    same = (np.nan_to_num(Xm, nan=-1)[:, None] == np.nan_to_num(Xm, nan=-1)[None]).all(
-        -1
-    )
+    filled = np.nan_to_num(Xm, nan=-1)
+    same = (filled[:, None] == filled[None]).all(-1)
     z, S = pixel_local_mean(Xh, (28, 28), imp.pixel_bandwidth_, return_mass=True)
     zr = pixel_local_mean(Xm, (28, 28), imp.pixel_bandwidth_)
     zhat = image_local_mean(
@@ -402,7 +390,27 @@ def test_auto_picks_the_grid_minimum_of_the_holdout_rmse():
     ).numpy()
     z, S = z.numpy(), S.numpy()
     est = (S * z + imp.image_weight_ * zhat) / (S + imp.image_weight_)
-    assert np.sqrt(np.mean((est[hide] - X[hide]) ** 2)) == pytest.approx(
+    return np.sqrt(np.mean((est[hide] - X[hide]) ** 2))
+
+
+def test_auto_picks_by_the_one_standard_error_rule():
+    X = _fashion(60)
+    Xm = _masked(X, missing_at_random_mask(X.shape, 0.5, seed=2))
+    imp = LocalMeanImputer((28, 28)).fit(Xm)
+    sc = imp.holdout_scores_
+    assert sc["rmse"].shape == (len(PIXEL_BANDWIDTH_GRID), len(IMAGE_WEIGHT_GRID))
+    a = PIXEL_BANDWIDTH_GRID.index(imp.pixel_bandwidth_)
+    b = IMAGE_WEIGHT_GRID.index(imp.image_weight_)
+    # eligible: MSE within one standard error of the best; the smallest such β is chosen
+    mse = sc["rmse"] ** 2
+    eligible = mse - mse.min() <= sc["se"]
+    assert eligible[a, b] and not eligible[:, :b].any()
+    assert mse[a, b] == mse[:, b][eligible[:, b]].min()
+    assert sc["se"].min() == 0.0 and sc["se"].max() > 0  # zero at the best pair only
+    assert sc["best_rmse"] == pytest.approx(sc["rmse"].min())
+    # the score at the chosen pair is the RMSE of imputing the hidden values by hand
+    hide = holdout_mask(Xm, imp.holdout, imp.random_state, 200)
+    assert _holdout_rmse_by_hand(Xm, X, imp, hide) == pytest.approx(
         sc["rmse"][a, b], rel=1e-9
     )
     # fixed values are used as given, with no tuning
@@ -464,3 +472,128 @@ def test_separable_and_dense_pixel_paths_agree():
         miss = torch.isnan(X)
         torch.testing.assert_close(a[0], b[0], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(a[1][miss], b[1][miss], rtol=1e-12, atol=1e-300)
+
+
+def test_one_se_choice_by_hand():
+    from localbook.impute import _one_se_choice
+
+    # rows 0..3; pair (0, 2) best; (1, 0) ties it within noise, (0, 0) is far worse
+    sse = torch.zeros(2, 3, 4, dtype=torch.float64)
+    sse[0, 0] = torch.tensor([5.0, 5.0, 5.0, 5.0])
+    sse[0, 1] = torch.tensor([2.0, 2.0, 2.0, 2.0])
+    sse[0, 2] = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    sse[1, 0] = torch.tensor([1.0, 1.3, 0.8, 1.1])  # differences 0, .3, -.2, .1
+    sse[1, 1] = sse[0, 1]
+    sse[1, 2] = sse[0, 2] + 0.5
+    d = torch.tensor([0.0, 0.3, -0.2, 0.1])
+    se = float(d.std() * 2 / 40)  # sqrt(rows) · sd / n_hidden
+    assert float(d.sum() / 40) <= se  # (1, 0) is within one standard error
+    assert _one_se_choice(sse, 40) == (1, 0)
+
+
+def test_tuning_ignores_rows_the_holdout_cannot_use():
+    # an all-missing row and a one-value row, anywhere in X, change nothing
+    from sklearn.datasets import load_digits
+
+    D = load_digits().data[:400] / 16.0
+    Dm = _masked(D, missing_at_random_mask(D.shape, 0.3, seed=0))
+    base = LocalMeanImputer((8, 8)).fit(Dm)
+    one = np.full((1, 64), np.nan)
+    one[0, 5] = 0.5
+    for extra in (
+        np.vstack([np.full((1, 64), np.nan), Dm]),
+        np.vstack([Dm, np.full((2, 64), np.nan), one]),
+        np.vstack([one, Dm[:200], np.full((1, 64), np.nan), Dm[200:]]),
+    ):
+        imp = LocalMeanImputer((8, 8)).fit(extra)
+        assert (imp.pixel_bandwidth_, imp.image_weight_) == (
+            base.pixel_bandwidth_,
+            base.image_weight_,
+        )
+        np.testing.assert_array_equal(
+            imp.holdout_scores_["rmse"], base.holdout_scores_["rmse"]
+        )
+    # holdout_mask draws the same rows whatever unusable rows are added
+    h0 = holdout_mask(Dm, 0.1, seed=3, max_rows=50)
+    h1 = holdout_mask(
+        np.vstack([Dm, np.full((3, 64), np.nan)]), 0.1, seed=3, max_rows=50
+    )
+    np.testing.assert_array_equal(h0, h1[:400])
+    assert not h1[400:].any()
+
+
+def test_the_choice_is_stable_across_holdout_draws():
+    # the hold-out curve is flat over large β; the rule keeps the choice near its edge
+    from sklearn.datasets import load_digits
+
+    D = load_digits().data / 16.0
+    Dm = _masked(D, missing_at_random_mask(D.shape, 0.3, seed=0))
+    betas = {
+        LocalMeanImputer((8, 8), random_state=r).fit(Dm).image_weight_ for r in range(4)
+    }
+    assert max(betas) / min(betas) <= 10**0.5 + 1e-9  # at most two grid steps apart
+
+
+@pytest.mark.parametrize("image_shape", [(5, 5), None])
+def test_never_observed_feature_warns_and_gets_the_documented_fallback(image_shape):
+    rng = np.random.default_rng(0)
+    X = rng.random((12, 25))
+    X[:, [0, 7]] = np.nan
+    X[rng.random(X.shape) < 0.2] = np.nan
+    with pytest.warns(UserWarning, match=r"2 feature\(s\) never observed .*index 0, 7"):
+        imp = LocalMeanImputer(image_shape, image_weight=0.3, pixel_bandwidth=0.7).fit(
+            X
+        )
+    mean = np.nanmean(np.where(np.isnan(X), np.nan, X), axis=0)
+    fb = imp.feature_mean_.numpy()
+    if image_shape is None:
+        want = np.full(2, np.nanmean(X))
+    else:  # the Gaussian local mean (h = 1 pixel) of the observed features' means
+        pos = np.array([(r, c) for r in range(5) for c in range(5)], float)
+        ok = ~np.isnan(mean)
+        want = []
+        for p in (0, 7):
+            w = np.exp(-((pos[ok] - pos[p]) ** 2).sum(1) / 2)
+            want.append((w * mean[ok]).sum() / w.sum())
+    np.testing.assert_allclose(fb[[0, 7]], want, rtol=1e-12)
+    np.testing.assert_allclose(fb[~np.isnan(mean)], mean[~np.isnan(mean)], rtol=1e-12)
+    out = imp.transform(np.full((1, 25), np.nan))  # nothing reaches: the fallback
+    np.testing.assert_allclose(out[0], fb, rtol=1e-12)
+
+
+def test_holdout_mask_blocks():
+    X = _masked(np.ones((40, 64)), block_mask(40, (8, 8), 3, seed=0))
+    hide = holdout_mask(X, seed=1, block=3, image_shape=(8, 8))
+    assert not np.any(hide & np.isnan(X))
+    rows = hide.any(1)
+    assert rows.sum() >= 30 and hide[rows].sum(1).max() <= 9
+    for r in np.flatnonzero(rows):  # inside one 3 × 3 square
+        rr, cc = np.divmod(np.flatnonzero(hide[r]), 8)
+        assert rr.max() - rr.min() <= 2 and cc.max() - cc.min() <= 2
+    full = holdout_mask(np.ones((10, 64)), seed=2, block=3, image_shape=(8, 8))
+    assert np.all(full.sum(1) == 9)  # complete rows lose a whole square
+    with pytest.raises(ValueError, match="image_shape"):
+        holdout_mask(X, block=3, image_shape=(8, 7))
+    with pytest.raises(ValueError, match="block"):
+        holdout_mask(X, block=9, image_shape=(8, 8))
+
+
+def test_holdout_block_tunes_on_block_shaped_holes():
+    X = _fashion(80)
+    mask = block_mask(len(X), (28, 28), 10, seed=0)
+    Xm = _masked(X, mask)
+    imp = LocalMeanImputer((28, 28), holdout_block=10).fit(Xm)
+    hide = holdout_mask(
+        Xm, imp.holdout, imp.random_state, 200, block=10, image_shape=(28, 28)
+    )
+    sc = imp.holdout_scores_
+    assert sc["n_hidden"] == hide.sum() > 60 * 50
+    a = PIXEL_BANDWIDTH_GRID.index(imp.pixel_bandwidth_)
+    b = IMAGE_WEIGHT_GRID.index(imp.image_weight_)
+    assert _holdout_rmse_by_hand(Xm, X, imp, hide) == pytest.approx(
+        sc["rmse"][a, b], rel=1e-9
+    )
+    with pytest.raises(ValueError, match="holdout_block"):
+        LocalMeanImputer((28, 28), holdout_block=29).fit(Xm)
+    with pytest.raises(ValueError, match="image_shape"):
+        LocalMeanImputer(holdout_block=3).fit(Xm)
