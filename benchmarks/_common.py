@@ -131,13 +131,13 @@ def write_text_section(name: str, device: str, text: str) -> Path:
 def exp_workload(n_values: float = 4e8, device: str = "cpu"):
     """``(run, count)``: a function applying ``torch.exp`` to ``count`` float64 values.
 
-    ``torch.exp(src, out=dst)`` over a reused cache-sized tile (``localbook.kernels.CPU_TILE_BYTES``
+    ``torch.exp(src, out=dst)`` over a reused cache-sized tile (``localbook.chunks.CPU_TILE_BYTES``
     per thread on the CPU, 256 MiB on a GPU) of values in [−20, 0], repeated until about
     ``n_values`` are done. A kernel sum over ``m × n`` pairs taking ``t`` seconds runs at the
     fraction ``m·n / t`` of ``count / (time of run)`` of the exp roofline: no implementation
     that calls exp once per pair, in a separate pass, can exceed 1.
     """
-    from localbook.kernels import CPU_TILE_BYTES, MEMORY_BUDGET
+    from localbook.chunks import CPU_TILE_BYTES, MEMORY_BUDGET
 
     size = (
         CPU_TILE_BYTES * torch.get_num_threads() if device == "cpu" else MEMORY_BUDGET

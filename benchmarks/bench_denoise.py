@@ -280,7 +280,7 @@ def main(argv=None):
         f"## Empirical denoiser (`tweedie_denoise`), {args.device.upper()}",
         "",
         f"Training set n = {n:,} × d = {args.d} float32, m = {m:,} noisy queries, σ = {SIGMA}. "
-        "localbook: log-space Gaussian local mean in cache-sized tiles (`localbook.kernels.tile_shape`). "
+        "localbook: log-space Gaussian local mean in cache-sized tiles (`localbook.chunks.tile_shape`). "
         "Bound: the same sum by hand in float32 with no memory limit (one `addmm` for all m × n distances, "
         "row maximum, in-place `exp_`, one matrix product: `bound_denoise`). "
         "Reference: scikit-learn `euclidean_distances` + SciPy `softmax`, float64, dense m × n. "

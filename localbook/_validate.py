@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from .chunks import chunk_rows, iter_chunks
+
 __all__ = ["default_device"]
 
 
@@ -93,13 +95,11 @@ def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
     A finite sum proves every entry finite (NaN and ±inf propagate): one cheap reduction settles
     the common case without a full-size boolean temporary. Only a non-finite sum (a bad entry, or
     a sum that overflowed) is followed by an exact count, in row chunks under the memory budget
-    of :func:`localbook.kernels.chunk_rows`. Returns ``t``.
+    of :func:`localbook.chunks.chunk_rows`. Returns ``t``.
     """
     if not t.numel() or math.isfinite(t.detach().sum().item()):
         return t
     with torch.no_grad():
-        from .kernels import chunk_rows, iter_chunks  # kernels imports this module
-
         t2 = t.reshape(t.shape[0], -1) if t.ndim > 1 else t.reshape(-1, 1)
         rows = chunk_rows(
             t2.shape[0], t2.shape[1], 1, t2.element_size(), None, t2.device

@@ -38,7 +38,9 @@ from ._validate import (
     check_positive_int,
     check_query,
 )
-from .kernels import chunk_rows, iter_chunks, local_average, scaled_sq_dist
+from .chunks import chunk_rows, iter_chunks
+from .kernels import scaled_sq_dist
+from .local_sums import local_average
 from .notebook import progress_enabled
 
 __all__ = [

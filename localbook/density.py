@@ -31,20 +31,18 @@ from ._validate import (
     check_positive_int,
     check_query,
 )
+from .chunks import chunk_rows, iter_chunks
 from .kernels import (
     KERNELS,
     Kernel,
-    _DataSide,
     _first_seen,
     _knn,
     _row_keys,
     _unique_rows,
-    chunk_rows,
     get_kernel,
-    iter_chunks,
-    local_average,
     scaled_sq_dist,
 )
+from .local_sums import _DataSide, local_average
 
 __all__ = [
     "log_kernel_constant",

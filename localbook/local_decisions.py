@@ -30,16 +30,9 @@ from ._validate import (
     check_query,
     check_targets,
 )
-from .kernels import (
-    KERNELS,
-    Kernel,
-    chunk_rows,
-    data_center,
-    get_kernel,
-    iter_chunks,
-    local_average,
-    log_weights,
-)
+from .chunks import chunk_rows, iter_chunks
+from .kernels import KERNELS, Kernel, data_center, get_kernel, log_weights
+from .local_sums import local_average
 
 __all__ = [
     "local_mode_classify",

@@ -29,17 +29,16 @@ from ._validate import (
     check_query,
     check_targets,
 )
+from .chunks import chunk_rows, iter_chunks
 from .kernels import (
     _knn,
-    chunk_rows,
     data_center,
     get_kernel,
-    iter_chunks,
-    local_average,
     log_weights,
     scaled_sq_dist,
     warn_empty_kernel,
 )
+from .local_sums import local_average
 
 __all__ = [
     "nadaraya_watson",

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 import localbook.compiled as compiled
 import localbook.kernels as kernels
-from localbook.kernels import KERNELS, _exp_floor, local_average
+import localbook.local_sums as local_sums
+from localbook.kernels import KERNELS, _exp_floor
+from localbook.local_sums import local_average
 
 pytestmark = pytest.mark.skipif(
     compiled.library() is None, reason="no C compiler: " + compiled.status()
@@ -150,7 +152,7 @@ def test_local_average_same_on_both_engines(monkeypatch, name):
     used = []
     real = compiled.local_means
     monkeypatch.setattr(compiled, "local_means", lambda *a: used.append(1) or real(*a))
-    monkeypatch.setattr(kernels, "GRID_MAX_DIM", 0)  # dense pairs on both sides
+    monkeypatch.setattr(local_sums, "GRID_MAX_DIM", 0)  # dense pairs on both sides
     with _quiet():
         mean_c, lse_c = local_average(q, x, v, h, name)
     assert used, "the compiled engine did not run"
@@ -211,7 +213,7 @@ def test_run_sums_over_a_cell_list_equal_the_dense_sums(lib, name, k):
         h = torch.full((d,), 0.45, dtype=torch.float64)
         v = None if k == 0 else torch.randn(700, k, generator=g, dtype=torch.float64)
         center = kernels.data_center(x)
-        grid = kernels._Grid.build(x, v, h, center, force=True)
+        grid = local_sums._Grid.build(x, v, h, center, force=True)
         qs = (q - center) / h
         start, count = grid.candidates(qs)
         vs = None if k == 0 else grid.v1_o[:, :-1]

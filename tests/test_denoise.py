@@ -134,7 +134,7 @@ def test_far_query_gets_nearest_training_point():
 def test_chunking_does_not_change_the_result(monkeypatch):
     x, q = _data(n=200, d=3, m=50)
     full = lb.tweedie_denoise(q, x, 0.5)
-    from localbook.kernels import local_average
+    from localbook.local_sums import local_average
 
     # a budget of 7 rows per chunk
     monkeypatch.setattr(

@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 import localbook as lb
 from localbook import _validate as V
-from localbook.kernels import local_average, scaled_sq_dist
+from localbook.kernels import scaled_sq_dist
+from localbook.local_sums import local_average
 
 U = torch.linspace(0, 2.5, 251, dtype=torch.float64)
 PROFILES = {
@@ -164,7 +165,7 @@ def test_knn_search_matches_sklearn_and_brute_force(device):
 
 
 def test_knn_search_chunks_give_the_same_answer(monkeypatch):
-    import localbook.kernels as kern
+    import localbook.chunks as kern
 
     g = torch.Generator().manual_seed(4)
     x, q = (
@@ -183,7 +184,7 @@ def test_knn_search_chunks_give_the_same_answer(monkeypatch):
 
 
 def test_chunk_rows_picks_the_budget_by_device():
-    from localbook.kernels import CPU_MEMORY_BUDGET, MEMORY_BUDGET, chunk_rows
+    from localbook.chunks import CPU_MEMORY_BUDGET, MEMORY_BUDGET, chunk_rows
 
     per_row = 4 * 1000 * 8
     assert chunk_rows(10**6, 1000, 1, 8, None, "cpu") == CPU_MEMORY_BUDGET // per_row
@@ -251,7 +252,8 @@ def _dense_reference(q, x, v, h, name):
 def test_tiled_sums_equal_the_dense_sum(seed, name, k, d, dtype):
     """Shift-free tiles (float64; float32 with d ≤ 14), online-shifted ones (float32, d = 20) and
     the rows redone online agree with the dense float64 sum; column blocks accumulate."""
-    import localbook.kernels as kern
+    import localbook.chunks as chunks
+    import localbook.local_sums as kern
 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(300, d, generator=g, dtype=torch.float64)
@@ -261,7 +263,7 @@ def test_tiled_sums_equal_the_dense_sum(seed, name, k, d, dtype):
     ref_mean, ref_lse = _dense_reference(q, x, v, h, name)
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
         mp.setattr(
-            kern, "CPU_TILE_BYTES", 8 * 7 * 64
+            chunks, "CPU_TILE_BYTES", 8 * 7 * 64
         )  # 64 queries × 7 points: many column blocks
         mp.setattr(
             kern, "GRID_MIN_SPAN", 10**9
@@ -308,7 +310,8 @@ def test_shift_free_rows_far_from_the_data_are_redone_exactly():
     st.floats(0.05, 2.0),
 )
 def test_grid_sums_equal_the_brute_force_sums(seed, name, d, bw):
-    from localbook.kernels import _grid_sums, data_center, get_kernel
+    from localbook.kernels import data_center, get_kernel
+    from localbook.local_sums import _grid_sums
 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(400, d, generator=g, dtype=torch.float64) * torch.tensor(
@@ -334,7 +337,7 @@ def test_grid_sums_equal_the_brute_force_sums(seed, name, d, bw):
 
 
 def test_local_average_takes_the_grid_when_the_support_is_small(monkeypatch):
-    import localbook.kernels as kern
+    import localbook.local_sums as kern
 
     g = torch.Generator().manual_seed(5)
     x = 10 * torch.rand(3000, 2, generator=g, dtype=torch.float64)
@@ -357,7 +360,7 @@ def test_local_average_takes_the_grid_when_the_support_is_small(monkeypatch):
 
 
 def test_tile_shape_rules():
-    from localbook.kernels import CPU_TILE_BYTES, tile_shape
+    from localbook.chunks import CPU_TILE_BYTES, tile_shape
 
     elems = CPU_TILE_BYTES * torch.get_num_threads() // 8
     assert tile_shape(10**6, 100, 8) == (elems // 100, 100)  # whole data rows

@@ -87,7 +87,7 @@ def test_nw_equals_explicit_weighted_mean(kernel):
 def test_small_chunks_give_same_answer(monkeypatch):
     x, y, q = _data(200, 2)
     ref_nw, ref_ll = lb.nadaraya_watson(q, x, y, 0.3), lb.local_linear(q, x, y, 0.3)
-    import localbook.kernels as kern
+    import localbook.chunks as kern
 
     monkeypatch.setattr(kern, "CPU_MEMORY_BUDGET", 4096)
     monkeypatch.setattr(kern, "MEMORY_BUDGET", 4096)
