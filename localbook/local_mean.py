@@ -76,7 +76,7 @@ def nadaraya_watson(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch
 
 
 def _default_rcond(n: int, d: int, dtype: torch.dtype) -> float:
-    """``numpy.linalg.lstsq``'s default cutoff: the unit roundoff times ``max(n, d + 1)``."""
+    """``numpy.linalg.lstsq``'s default cutoff: the machine epsilon times ``max(n, d + 1)``."""
     return torch.finfo(dtype).eps * max(n, d + 1)
 
 
@@ -163,7 +163,7 @@ def local_linear(
     centred on the neighbourhood's weighted mean (never by the normal equations), and equals
     ``numpy.linalg.lstsq`` on that problem to rounding. Singular values of the weighted design
     (coordinates in bandwidth units) at or below ``rcond`` times the largest are treated as
-    zero, as in ``numpy.linalg.lstsq``; ``rcond=None`` is its default, the unit roundoff times
+    zero, as in ``numpy.linalg.lstsq``; ``rcond=None`` is its default, the machine epsilon times
     ``max(n, d + 1)``. Below the cutoff the solution is the minimum-norm one in the kept
     subspace: slope directions in which the neighbourhood has no spread get slope zero, and
     with no direction kept (one effective neighbour) the fit is the local mean.
@@ -194,7 +194,7 @@ def equivalent_kernel(
     centred on the neighbourhood's weighted mean (never by the normal equations), and equals
     ``numpy.linalg.lstsq`` on that problem to rounding. Singular values of the weighted design
     (coordinates in bandwidth units) at or below ``rcond`` times the largest are treated as
-    zero, as in ``numpy.linalg.lstsq``; ``rcond=None`` is its default, the unit roundoff times
+    zero, as in ``numpy.linalg.lstsq``; ``rcond=None`` is its default, the machine epsilon times
     ``max(n, d + 1)``. Below the cutoff the solution is the minimum-norm one in the kept
     subspace: slope directions in which the neighbourhood has no spread get slope zero, and
     with no direction kept (one effective neighbour) the fit is the local mean.

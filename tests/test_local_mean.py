@@ -476,7 +476,7 @@ def test_autograd_flows_through_the_local_mean():
 def test_local_linear_in_half_precision_works_in_float32(dtype):
     """Half inputs crashed in the eigensolver ('linalg_eigh_cpu not implemented for Half');
     the weights are now computed in float32 and the result comes back in the input dtype,
-    equal to float64 on the same (rounded) inputs to one unit roundoff of the dtype."""
+    equal to float64 on the same (rounded) inputs to one machine epsilon of the dtype."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(80, 2, generator=g).to(dtype)
     y = (2 * torch.rand(80, generator=g) - 1).to(dtype)
@@ -508,7 +508,7 @@ def _lstsq_at(t, x, y, h, centre=None, rcond=None):
     ``centre=None`` centres the design at the query (the textbook form); otherwise at the
     given point, with the prediction read off the fitted plane at ``t``. Returns the fit
     and the first-order rounding scale of the least-squares perturbation bound,
-    κ(‖β‖ + ‖b‖/‖A‖) + κ²‖r‖/‖A‖ (times the unit roundoff and n in the caller)."""
+    κ(‖β‖ + ‖b‖/‖A‖) + κ²‖r‖/‖A‖ (times the machine epsilon and n in the caller)."""
     w = np.exp(-0.5 * (((x - t) / h) ** 2).sum(1))
     w = w / w.max()
     c = t if centre is None else centre
