@@ -421,3 +421,18 @@ def test_fit_metric_diagonal_bad_inputs():
         lb.fit_metric(x, y, diagonal="yes")
     with pytest.raises(TypeError, match="return_info"):
         lb.fit_metric(x, y, return_info=1)
+
+
+def test_loo_loss_check_accepts_a_differentiable_tensor(monkeypatch):
+    """The chapter's exercise returns a 0-d tensor (differentiable in A): the self-check
+    accepts it, and a float of the same value, and rejects a wrong loss."""
+    from localbook.check import metric as check_metric
+
+    def loss_tensor(A, x, y):
+        return lb.mlkr_loss(A, x, y)
+
+    assert check_metric.loo_loss(loss_tensor, seed=0)
+    assert check_metric.loo_loss(lambda A, x, y: float(loss_tensor(A, x, y)), seed=0)
+    monkeypatch.setenv("LOCALBOOK_CHECK_STRICT", "1")
+    with pytest.raises(AssertionError):
+        check_metric.loo_loss(lambda A, x, y: 2 * loss_tensor(A, x, y), seed=0)

@@ -49,7 +49,9 @@ def _loss_variants(A, x, y):
 
 
 def loo_loss(fn: Callable, *, seed: Optional[int] = None) -> bool:
-    r"""Check ``fn(A, x, y) -> float``: the MLKR loss :math:`\sum_i (y_i - \hat y_{-i}(x_i))^2`.
+    r"""Check ``fn(A, x, y)``: the MLKR loss :math:`\sum_i (y_i - \hat y_{-i}(x_i))^2`.
+
+    ``fn`` returns a float or a 0-d tensor (a tensor keeps the loss differentiable in ``A``).
 
     ``A (k, d)``, ``x (n, d)``, ``y (n,)``; the kernel is :math:`\exp(-\lVert A(x_i - x_j)\rVert^2/2)`
     and :math:`\hat y_{-i}` the Nadaraya–Watson prediction at :math:`x_i` from the other points.
