@@ -62,7 +62,7 @@ def pixel_local_mean(
     for missing ``p``; observed pixels unchanged. ``X (n, H·W)`` with NaN = missing,
     ``image_shape = (H, W)``, ``bandwidth`` in pixels. Numerator and mass are two matrix products
     with the ``(P, P)`` kernel matrix (for the Gaussian, separable convolutions along rows and
-    columns); images where a mass underflows are redone in log space, so a
+    columns); pixels where a mass underflows are redone in log space, so a
     pixel deep inside a missing block gets its nearest observed pixels' mean. A pixel with no
     observed pixel in reach (nothing observed, or a compact kernel) stays NaN. Returns
     ``z (n, H·W)`` on X's device and dtype, and with ``return_mass`` also ``S (n, H·W)`` (the
@@ -109,19 +109,18 @@ def _pixel_layer(X, H, W, h, kern):
         K = torch.exp(log_k)
         num, mass = Z @ K, M @ K  # K symmetric: (n, P)
     est = num / mass.clamp(min=torch.finfo(X.dtype).tiny)
-    # masses that are zero or subnormal lose precision: redo those images in log space
+    # masses that are zero or subnormal lose precision: redo those pixels in log space
     tiny = torch.finfo(X.dtype).tiny / torch.finfo(X.dtype).eps
-    redo = torch.nonzero((miss & (mass < tiny)).any(1)).flatten()
-    if redo.numel():
+    ii, pp = torch.nonzero(miss & (mass < tiny), as_tuple=True)
+    if ii.numel():
         log_k = _log_pixel_kernel(H, W, h, kern, X) if log_k is None else log_k
-        rows = chunk_rows(redo.numel(), P, P, X.element_size(), None, X.device)
-        for sl in iter_chunks(redo.numel(), rows):
-            idx = redo[sl]
-            log_m = torch.log(M[idx])  # log of the observed mask (−inf where missing)
-            lw = log_k[None, :, :] + log_m[:, None, :]  # (r, P target, P source)
-            lse = torch.logsumexp(lw, dim=2, keepdim=True)
+        rows = chunk_rows(ii.numel(), P, 3, X.element_size(), None, X.device)
+        for sl in iter_chunks(ii.numel(), rows):
+            i, p = ii[sl], pp[sl]
+            lw = log_k[p] + torch.log(M[i])  # (r, P source): −inf where missing
+            lse = torch.logsumexp(lw, dim=1, keepdim=True)
             w = torch.exp(lw - lse)  # NaN rows where nothing is in reach (−inf − −inf)
-            est[idx] = (w @ Z[idx][:, :, None])[..., 0]
+            est[i, p] = (w * Z[i]).sum(1)
     return torch.where(miss, est, X), mass
 
 

@@ -9,7 +9,7 @@ errors, for paired standard errors) and ``imputation_reproduction.json`` (comman
 date, machine, minutes, protocol). Chapter 12 reads them with
 ``lb.datasets.load_stored_run("imputation")``.
 
-    nice -n 10 python reproductions/imputation.py        # about 20 minutes on 2 shared CPU cores
+    nice -n 10 python reproductions/imputation.py        # about 25 minutes on 2 CPU cores shared with other jobs
     python reproductions/imputation.py --small --out /tmp/imp   # seconds: 2,000 references
 
 KNNImputer's rule (the mean over the k nearest references *that observe the pixel*, in the
@@ -178,7 +178,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-ref", type=int, default=60000)
-    ap.add_argument("--n-test", type=int, default=1000)
+    ap.add_argument("--n-test", type=int, default=500)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument(
         "--small", action="store_true", help="2,000 refs, 100 tests, 2 seeds"

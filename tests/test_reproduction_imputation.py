@@ -39,7 +39,7 @@ def check_stored_imputation_run(run):
         assert set(got["method"]) == want
         assert got.groupby("method")["seed"].nunique().min() >= 3
     assert np.all((runs["rmse"] > 0) & (runs["rmse"] < 1))
-    assert (runs["n_ref"] == 60000).all() and (runs["n_test"] >= 1000).all()
+    assert (runs["n_ref"] == 60000).all() and (runs["n_test"] >= 500).all()
     m = _means(runs)
     for pat in PATTERNS:  # mean imputation is far behind both local means
         assert m[pat, "mean"] > 1.2 * max(m[pat, "knn"], m[pat, "local_mean"])
