@@ -15,8 +15,12 @@ activation, α, trial and N) and ``memorization_reproduction.json`` (command, co
 machine, minutes, protocol). Chapter 10 reads them with
 ``lb.datasets.load_stored_run("memorization")``.
 
-    python reproductions/memorization.py            # paper scale, about 20-30 min, 2 cores
-    python reproductions/memorization.py --small --out /tmp/memo   # seconds
+    python reproductions/memorization.py --alphas 0.5 --minutes 31   # the stored run
+    python reproductions/memorization.py --small --out /tmp/memo       # seconds
+
+At full scale one trial (one α, every model and N) took about 4-5 minutes on a shared
+two-core machine; ``--minutes`` stops starting new trials after a time budget, and the JSON
+records the trials done and every way the run differs from the paper's protocol.
 """
 
 from __future__ import annotations

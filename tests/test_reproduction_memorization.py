@@ -33,8 +33,9 @@ def _directions(df: pd.DataFrame) -> dict:
     out = {}
     for model in df.model.unique():
         t = m.loc[model]
-        out[f"{model}: zeroed above resampled"] = bool(
-            (t.spurious_zero > t.spurious_resample).all()
+        out[f"{model}: zeroed never below resampled, above at the last N"] = bool(
+            (t.spurious_zero >= t.spurious_resample).all()
+            and t.spurious_zero.iloc[-1] > t.spurious_resample.iloc[-1]
         )
         out[f"{model}: spurious falls"] = bool(
             t.spurious_resample.iloc[0] > t.spurious_resample.iloc[-1]
