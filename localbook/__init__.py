@@ -33,6 +33,8 @@ from .triplets import *  # noqa: F401,F403
 from .fashion_mnist import *  # noqa: F401,F403
 from .metrics import *  # noqa: F401,F403
 from .sagl import *  # noqa: F401,F403
+from .sagl_graphs import *  # noqa: F401,F403
+from .sagl_fit import *  # noqa: F401,F403
 from . import sagl_study  # noqa: F401,E402  (the study of chapter 9, as code)
 from .local_decisions import *  # noqa: F401,F403
 from .metric import *  # noqa: F401,F403

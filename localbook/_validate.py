@@ -365,3 +365,35 @@ def check_labels(labels, n: int, *, device=None, name: str = "labels"):
     if classes.dtype.kind in "iub":
         classes = torch.as_tensor(classes.astype(np.int64), device=device)
     return classes, codes
+
+
+def check_scores(z, dim):
+    """Scores ``z`` for the entmax family along ``dim``: ``(z, dim, zmax, dead)``.
+
+    ``zmax`` holds the keepdim row maxima; ``dead`` marks (keepdim) the rows whose entries are all
+    ``-inf``, or is ``None`` when there are none.
+    """
+    z = as_tensor(z, "z", finite=False)
+    if z.ndim == 0:
+        raise ValueError("z must have at least one dimension, got a 0-d tensor")
+    dim = check_index(dim, z.ndim, "dim")
+    if z.shape[dim] == 0:
+        raise ValueError(f"z is empty along dim={dim} (shape {tuple(z.shape)})")
+    zmax = z.detach().amax(dim=dim, keepdim=True)
+    dead = None
+    if zmax.numel():
+        dead_rows = zmax == -math.inf
+        bad = torch.stack(
+            [torch.isnan(zmax).any(), (zmax == math.inf).any(), dead_rows.any()]
+        )
+        nan, pinf, anydead = bad.tolist()
+        if nan:
+            raise ValueError("z contains NaN values")
+        if pinf:
+            raise ValueError(
+                "z contains +inf values (only -inf, for masked entries, is allowed)"
+            )
+        if anydead:
+            dead = dead_rows
+            zmax = zmax.masked_fill(dead, 0.0)
+    return z, dim, zmax, dead

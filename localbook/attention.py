@@ -529,9 +529,3 @@ def local_mean_attention(
         fused=fused,
         alpha=alpha,
     )
-
-
-# the layers and the Transformer, and the token graph of chapter 7, live in their own modules;
-# their old paths still work
-from .transformer import LocalMeanAttention, LocalTransformer  # noqa: E402,F401
-from .token_graph import AttentionGraph, attention_graph  # noqa: E402,F401

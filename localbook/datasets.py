@@ -7,8 +7,8 @@ hidden). Sections: regression and clustering data (chapters 1-4), shipped data, 
 spurious features (chapter 8), multi-view data (chapter 7: a union of subspaces seen through
 nonlinear maps, two views of scikit-learn's digits, three of Fashion-MNIST) and missing-value
 masks (chapter 10). The generators of the later chapters are also exported at the top level
-(``lb.spurious_gaussian_data``, ``lb.make_multiview_subspaces``, ``lb.block_mask``, ...), and
-the old homes (``localbook.sagl``, ``localbook.impute``) still import them. Heavy optional
+(``lb.spurious_gaussian_data``, ``lb.make_multiview_subspaces``, ``lb.block_mask``, ...).
+Heavy optional
 dependencies (scikit-learn's digits, the Fashion-MNIST reader) are imported inside the
 function that needs them, so importing this module costs only torch and numpy.
 """
@@ -206,7 +206,9 @@ def load_stored_run(name: str = "sagl") -> dict:
     import pandas as pd
 
     name = check_choice(name, "name", sorted(STORED_RUNS))
-    paths = {key: _DATA / f"{name}_{stem}.csv" for key, stem in STORED_RUNS[name].items()}
+    paths = {
+        key: _DATA / f"{name}_{stem}.csv" for key, stem in STORED_RUNS[name].items()
+    }
     paths["provenance"] = _DATA / f"{name}_reproduction.json"
     out = {}
     for key, path in paths.items():

@@ -572,14 +572,3 @@ def trustworthiness_continuity(
         per[1],
         rows.cpu(),
     )
-
-
-# the triplet embeddings of chapter 11 live in their own module; their old path still works
-from .triplets import (  # noqa: E402,F401
-    ordinal_embedding,
-    trimap_triplets,
-    triplet_accuracy,
-    triplet_embedding,
-    triplet_hyperkernel,
-    triplet_loss,
-)

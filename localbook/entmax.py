@@ -58,7 +58,7 @@ import numbers
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._validate import as_tensor, check_index, check_positive_int
+from ._validate import check_positive_int, check_scores
 from .entmax_alpha import entmax_alpha
 
 __all__ = ["sparsemax", "entmax15", "entmax_bisect"]
@@ -86,38 +86,6 @@ def _check_alpha(alpha):
     if not math.isfinite(alpha):
         raise ValueError(f"alpha must be finite, got alpha={alpha}")
     return alpha
-
-
-def _prepare(z, dim):
-    """Validate ``z``/``dim``; return ``(z, dim, zmax, dead)``.
-
-    ``zmax`` holds the keepdim row maxima; ``dead`` marks (keepdim) the rows whose entries are all
-    ``-inf``, or is ``None`` when there are none.
-    """
-    z = as_tensor(z, "z", finite=False)
-    if z.ndim == 0:
-        raise ValueError("z must have at least one dimension, got a 0-d tensor")
-    dim = check_index(dim, z.ndim, "dim")
-    if z.shape[dim] == 0:
-        raise ValueError(f"z is empty along dim={dim} (shape {tuple(z.shape)})")
-    zmax = z.detach().amax(dim=dim, keepdim=True)
-    dead = None
-    if zmax.numel():
-        dead_rows = zmax == -math.inf
-        bad = torch.stack(
-            [torch.isnan(zmax).any(), (zmax == math.inf).any(), dead_rows.any()]
-        )
-        nan, pinf, anydead = bad.tolist()
-        if nan:
-            raise ValueError("z contains NaN values")
-        if pinf:
-            raise ValueError(
-                "z contains +inf values (only -inf, for masked entries, is allowed)"
-            )
-        if anydead:
-            dead = dead_rows
-            zmax = zmax.masked_fill(dead, 0.0)
-    return z, dim, zmax, dead
 
 
 def _rows(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -339,7 +307,7 @@ class _EntmaxFunction(torch.autograd.Function):
 
 
 def _entmax(z, dim, alpha, n_iter):
-    z, dim, zmax, dead = _prepare(z, dim)
+    z, dim, zmax, dead = check_scores(z, dim)
     if dead is None:
         return _EntmaxFunction.apply(z, zmax, dim, alpha, n_iter)
     # rows with every entry masked: NaN out (like torch.softmax), zero gradient in
@@ -402,10 +370,10 @@ def entmax_bisect(z, alpha=1.5, dim: int = -1, n_iter: int = 50) -> torch.Tensor
     if isinstance(alpha, float) and alpha > 1:
         return _entmax(z, dim, alpha, n_iter)
     if isinstance(alpha, float) and alpha == 1.0:
-        z, dim, _, dead = _prepare(z, dim)
+        z, dim, _, dead = check_scores(z, dim)
         p = torch.softmax(z.masked_fill(dead, 0.0) if dead is not None else z, dim=dim)
         return p if dead is None else p.masked_fill(dead, math.nan)
-    z, dim, zmax, dead = _prepare(z, dim)
+    z, dim, zmax, dead = check_scores(z, dim)
     if isinstance(alpha, float):
         alpha = torch.tensor(alpha, dtype=z.dtype, device=z.device)
     zz = z if dead is None else z.masked_fill(dead, 0.0)

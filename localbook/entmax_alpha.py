@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from ._validate import check_scores
+
 __all__ = ["entmax_alpha"]
 
 
@@ -183,9 +185,7 @@ def entmax_alpha_newton(
     """
     import math
 
-    from .entmax import _prepare  # entmax imports this module
-
-    z, dim, zmax, dead = _prepare(z, dim)
+    z, dim, zmax, dead = check_scores(z, dim)
     a, newton = _check_tensor_alpha(alpha, z, dim)
     if not newton:
         raise ValueError(

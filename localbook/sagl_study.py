@@ -14,18 +14,16 @@ import torch
 from ._validate import check_choice
 from .datasets import make_digits_views, make_fashion_views, make_multiview_subspaces
 from .metrics import ari, clustering_accuracy, nmi, subspace_preserving_rate
-from .sagl import (
-    SparseAttentionGraph,
-    dense_attention_graph,
+from .sagl import SparseAttentionGraph, effective_neighbours, sagl_loss
+from .sagl_fit import sagl_cluster
+from .sagl_graphs import (
     candidate_neighbours,
-    effective_neighbours,
+    dense_attention_graph,
     entmax_distance_graph,
     fused_knn_graph,
     knn_graph,
     lsr_graph,
     reduce_views,
-    sagl_cluster,
-    sagl_loss,
     self_expression_graph,
     spectral_readout,
     standardize_views,

@@ -17,28 +17,25 @@ import localbook.datasets
 from localbook.datasets import load_stored_run
 from localbook.entmax import entmax15
 from localbook.metrics import clustering_accuracy, subspace_preserving_rate
-from localbook.sagl import (
-    SAGLResult,
-    SparseAttentionGraph,
-    dense_attention_graph,
+from localbook.datasets import (
+    make_digits_views,
+    make_fashion_views,
+    make_multiview_subspaces,
+)
+from localbook.sagl import SparseAttentionGraph, effective_neighbours, sagl_loss
+from localbook.sagl_fit import SAGLResult, fit_sagl, sagl_cluster, view_candidates
+from localbook.sagl_graphs import (
     candidate_neighbours,
-    effective_neighbours,
+    dense_attention_graph,
     entmax_distance_graph,
-    fit_sagl,
     fused_knn_graph,
     knn_graph,
     lsr_coefficients,
     lsr_graph,
-    make_digits_views,
-    make_fashion_views,
-    make_multiview_subspaces,
     reduce_views,
-    sagl_cluster,
-    sagl_loss,
     self_expression_graph,
     spectral_readout,
     standardize_views,
-    view_candidates,
 )
 
 F64 = torch.float64
@@ -893,7 +890,7 @@ def test_weighted_rows_matches_einsum_and_passes_gradcheck():
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 def test_normalized_affinity_sparse_equals_dense(dtype):
-    from localbook.sagl import _normalized_affinity
+    from localbook.sagl_graphs import _normalized_affinity
 
     g = torch.Generator().manual_seed(5)
     a = torch.rand(40, 40, generator=g, dtype=dtype)
