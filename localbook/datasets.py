@@ -468,7 +468,7 @@ def make_fashion_views(
     HOG-like histograms (7 × 7 cells of 4 × 4 pixels, 9 unsigned orientation bins, 441
     features); view 2: 256 random ReLU features of the 2 × 2-average-pooled image (a fixed
     Gaussian map, seed 1234, the same for every draw). Returns ``views`` and ``labels (n,)``.
-    The images come from :func:`localbook.fashion_mnist.load_fashion_mnist`: a verified copy
+    The images come from :func:`~localbook.load_fashion_mnist`: a verified copy
     on disk, else (only when ``download`` is true) the official files, downloaded and checked.
     """
     from .fashion_mnist import load_fashion_mnist
