@@ -404,8 +404,43 @@ def hide_solution_markers(app, docname, source):
         source[0] = strip_solution_markers(source[0])
 
 
+#: Earlier file names of the chapters (before the files were numbered by their place in
+#: _toc.yml): each old page becomes a small HTML stub that redirects to the chapter.
+REDIRECTS = {
+    "02b_local_decisions": "03_local_decisions",
+    "03_mean_shift": "04_mean_shift",
+    "04_denoising": "05_denoising",
+    "04b_learning_kernels": "06_learning_kernels",
+    "05_attention": "07_attention",
+    "06_entmax": "08_entmax",
+    "07_sparse_graphs": "09_sparse_graphs",
+    "08_memorization": "10_memorization",
+    "09_embeddings": "11_embeddings",
+    "10_imputation": "12_imputation",
+}
+
+_STUB = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>Moved: {new}</title>
+<link rel="canonical" href="{new}.html">
+<meta http-equiv="refresh" content="0; url={new}.html">
+</head><body><p>This chapter is now at <a href="{new}.html">{new}.html</a>.</p></body></html>
+"""
+
+
+def write_redirects(app, exception):
+    """One stub per old chapter page, in the HTML output (never over a real page)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir) / "book"
+    for old, new in REDIRECTS.items():
+        if (out / f"{new}.html").is_file() and not (out / f"{old}.html").exists():
+            (out / f"{old}.html").write_text(_STUB.format(new=new), encoding="utf-8")
+
+
 def setup(app):
     app.connect("config-inited", use_local_web_assets)
+    app.connect("build-finished", write_redirects)
     app.connect("source-read", hide_solution_markers)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_directive("localbook-api", LocalbookAPI)

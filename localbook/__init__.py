@@ -48,7 +48,7 @@ from .plotting import draw_attention_graph  # noqa: F401,E402
 
 
 # Modules built on scikit-learn classes load on first use (scikit-learn costs ~1-3 s of import
-# time nobody else pays for): the estimators and the imputer (chapter 10). Their public names
+# time nobody else pays for): the estimators and the imputer (chapter 12). Their public names
 # are read from the literal ``__all__ = [...]`` of each module's source without importing it
 # (a regular expression, not a parse of the whole file: tests/test_datasets.py checks it).
 def _public_names(module: str):

@@ -1,12 +1,12 @@
 """Every data generator of the book, and loaders of the small data shipped with the package.
 
 Every generator is seeded (a ``seed``, or a ``torch.Generator`` for the spurious-feature data of
-chapter 8) and returns tensors (default float dtype unless ``dtype`` given), except the
-missing-value masks of chapter 10, which are numpy ``bool`` arrays (``True`` = missing or
+chapter 10) and returns tensors (default float dtype unless ``dtype`` given), except the
+missing-value masks of chapter 12, which are numpy ``bool`` arrays (``True`` = missing or
 hidden). Sections: regression and clustering data (chapters 1-4), shipped data, data with
-spurious features (chapter 8), multi-view data (chapter 7: a union of subspaces seen through
+spurious features (chapter 10), multi-view data (chapter 9: a union of subspaces seen through
 nonlinear maps, two views of scikit-learn's digits, three of Fashion-MNIST) and missing-value
-masks (chapter 10). The generators of the later chapters are also exported at the top level
+masks (chapter 12). The generators of the later chapters are also exported at the top level
 (``lb.spurious_gaussian_data``, ``lb.make_multiview_subspaces``, ``lb.block_mask``, ...).
 Heavy optional
 dependencies (scikit-learn's digits, the Fashion-MNIST reader) are imported inside the
@@ -233,7 +233,7 @@ def load_stored_run(name: str = "sagl") -> dict:
 __all__ += ["load_stored_run"]
 
 
-# --- data with spurious features (chapter 8) ---------------------------------------------------
+# --- data with spurious features (chapter 10) ---------------------------------------------------
 __all__ += ["spurious_gaussian_data", "add_noise_border", "spurious_split"]
 
 
@@ -327,7 +327,7 @@ def spurious_split(images, border: int):
     return img - spurious, spurious
 
 
-# --- multi-view data (chapter 7) ---------------------------------------------------------------
+# --- multi-view data (chapter 9) ---------------------------------------------------------------
 __all__ += ["make_multiview_subspaces", "make_digits_views", "make_fashion_views"]
 
 
@@ -495,7 +495,7 @@ def make_fashion_views(
     return views, target[keep]
 
 
-# --- missing-value masks (chapter 10) ----------------------------------------------------------
+# --- missing-value masks (chapter 12) ----------------------------------------------------------
 __all__ += ["missing_at_random_mask", "block_mask", "holdout_mask"]
 
 

@@ -1,4 +1,4 @@
-r"""Feature maps of two-layer networks and the constants of feature alignment (chapter 8).
+r"""Feature maps of two-layer networks and the constants of feature alignment (chapter 10).
 
 Random features :math:`\phi_{RF}(z) = \sigma(Wz)/\sqrt k` and the NTK features
 :math:`\phi_{NTK}(z) = (z \otimes \sigma'(Wz))/\sqrt{dk}` of a two-layer network with Gaussian
@@ -426,7 +426,7 @@ def alignment_profile(
 
     The paper's :math:`\gamma` is this at :math:`\rho = \alpha` (:func:`alignment_limit`); a sample whose
     counterpart has correlation :math:`\rho_i` with it is predicted :math:`F \approx \gamma(\rho_i)`
-    (chapter 8). Hermite sums use their coefficients exactly; ReLU (RF) and its step derivative
+    (chapter 10). Hermite sums use their coefficients exactly; ReLU (RF) and its step derivative
     (NTK) use the arc-cosine dual kernels :math:`\sum_l\mu_l^2\rho^l`, in closed form, so nothing is
     truncated; other activations are truncated at ``degree`` with quadrature coefficients.
     ``rho`` in [−1, 1], a number (returns a float) or a sequence (returns a float64 tensor).

@@ -1,4 +1,4 @@
-r"""Language modelling for chapter 5: characters, next-token training, and discrete kernels.
+r"""Language modelling for chapter 7: characters, next-token training, and discrete kernels.
 
 A character-level :class:`CharTokenizer` turns text into token ids; :func:`train_language_model`
 fits any model that maps ``(B, T)`` ids to ``(B, T, V)`` logits (a

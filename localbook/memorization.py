@@ -23,7 +23,7 @@ The module also holds the random-feature and NTK feature maps, probabilists' Her
 
 The feature maps and the alignment constants the chapter compares with live in
 :mod:`localbook.features`; the data with spurious features in :mod:`localbook.datasets`. This
-module fits, measures stability and alignment, and runs the experiment of chapter 8
+module fits, measures stability and alignment, and runs the experiment of chapter 10
 (:func:`memorization_curve`).
 """
 

@@ -161,7 +161,7 @@ def entmax_distance_graph(views, k: int = 10, m: int = 30) -> torch.Tensor:
 
     Rows range over the ``m`` nearest candidates; ``hᵢ`` is the distance to the ``k``-th
     nearest point (a per-point bandwidth, no training). In the Gaussian convention
-    ``−d²/(2h²)`` of chapter 6 the bandwidth is ``hᵢ/√2``. Returns a dense ``(n, n)`` graph.
+    ``−d²/(2h²)`` of chapter 8 the bandwidth is ``hᵢ/√2``. Returns a dense ``(n, n)`` graph.
     """
     d, idx = candidate_neighbours(views, m)
     k = check_positive_int(k, "k", maximum=d.shape[1])

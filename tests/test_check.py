@@ -281,35 +281,35 @@ def sparsemax_right(z):
 @pytest.mark.parametrize(
     "check, answer, hint",
     [
-        (lambda f: lb.check.ch03.mean_shift_step(f), step_right, None),
+        (lambda f: lb.check.ch04.mean_shift_step(f), step_right, None),
         (
-            lambda f: lb.check.ch03.mean_shift_step(f),
+            lambda f: lb.check.ch04.mean_shift_step(f),
             step_naive,
             "subtract the largest exponent",
         ),
         (
-            lambda f: lb.check.ch03.mean_shift_step(f),
+            lambda f: lb.check.ch04.mean_shift_step(f),
             lambda q, x, h: step_right(q, x, h) - q,
             "you returned the shift",
         ),
         (
-            lambda f: lb.check.ch03.mean_shift_step(f),
+            lambda f: lb.check.ch04.mean_shift_step(f),
             lambda q, x, h: (step_right(q, x, h) - q) / h**2,
             "the score",
         ),
-        (lambda f: lb.check.ch06.sparsemax(f), sparsemax_right, None),
+        (lambda f: lb.check.ch08.sparsemax(f), sparsemax_right, None),
         (
-            lambda f: lb.check.ch06.sparsemax(f),
+            lambda f: lb.check.ch08.sparsemax(f),
             lambda z: torch.softmax(z, 0),
             "this is softmax",
         ),
         (
-            lambda f: lb.check.ch06.sparsemax(f),
+            lambda f: lb.check.ch08.sparsemax(f),
             lambda z: z - z.mean() + 1 / len(z),
             "clip at zero",
         ),
         (
-            lambda f: lb.check.ch06.sparsemax(f),
+            lambda f: lb.check.ch08.sparsemax(f),
             lambda z: torch.clamp(z - z.max() + 1, min=0),
             "sum to one",
         ),
@@ -327,6 +327,6 @@ def test_chapter_3_and_6_checks(check, answer, hint, capsys):
 def test_chapter_3_and_6_checks_in_strict_mode(monkeypatch):
     monkeypatch.setenv("LOCALBOOK_CHECK_STRICT", "1")
     with pytest.raises(AssertionError, match="mean_shift_step"):
-        lb.check.ch03.mean_shift_step(step_naive)
+        lb.check.ch04.mean_shift_step(step_naive)
     with pytest.raises(AssertionError, match="sparsemax"):
-        lb.check.ch06.sparsemax(lambda z: torch.softmax(z, 0))
+        lb.check.ch08.sparsemax(lambda z: torch.softmax(z, 0))

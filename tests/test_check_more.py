@@ -1,5 +1,5 @@
 """Self-checks of the chapters on denoising, attention, memorization, embeddings and imputation
-(localbook.check.ch04, ch05, ch08, ch09, ch10): a right answer passes, typical wrong answers fail
+(localbook.check.ch05, ch05, ch08, ch09, ch10): a right answer passes, typical wrong answers fail
 with a specific hint, a stub says "not implemented yet", and strict mode raises."""
 
 import numpy as np
@@ -148,11 +148,11 @@ def knn_torch(X, i, n_neighbors=5):  # a tensor is accepted
 
 
 CHECKS = {
-    "hopfield_energy": (lb.check.ch04.hopfield_energy, [he_right]),
-    "kernel_bigram": (lb.check.ch05.kernel_bigram, [kb_right, kb_row_normalized]),
-    "loo_residuals": (lb.check.ch08.loo_residuals, [loo_right, loo_closed_form]),
-    "lle_point_weights": (lb.check.ch09.lle_point_weights, [lle_right]),
-    "knn_fill": (lb.check.ch10.knn_fill, [knn_right, knn_torch]),
+    "hopfield_energy": (lb.check.ch05.hopfield_energy, [he_right]),
+    "kernel_bigram": (lb.check.ch07.kernel_bigram, [kb_right, kb_row_normalized]),
+    "loo_residuals": (lb.check.ch10.loo_residuals, [loo_right, loo_closed_form]),
+    "lle_point_weights": (lb.check.ch11.lle_point_weights, [lle_right]),
+    "knn_fill": (lb.check.ch12.knn_fill, [knn_right, knn_torch]),
 }
 
 SLIPS = [
@@ -230,5 +230,5 @@ def test_checks_are_fast():
 
 
 def test_registered():
-    for mod in ("ch04", "ch05", "ch08", "ch09", "ch10"):
+    for mod in ("ch05", "ch07", "ch10", "ch11", "ch12"):
         assert mod in lb.check.__all__ and hasattr(lb.check, mod)

@@ -426,13 +426,13 @@ def test_fit_metric_diagonal_bad_inputs():
 def test_loo_loss_check_accepts_a_differentiable_tensor(monkeypatch):
     """The chapter's exercise returns a 0-d tensor (differentiable in A): the self-check
     accepts it, and a float of the same value, and rejects a wrong loss."""
-    from localbook.check import metric as check_metric
+    from localbook.check import ch06 as check_ch06
 
     def loss_tensor(A, x, y):
         return lb.mlkr_loss(A, x, y)
 
-    assert check_metric.loo_loss(loss_tensor, seed=0)
-    assert check_metric.loo_loss(lambda A, x, y: float(loss_tensor(A, x, y)), seed=0)
+    assert check_ch06.loo_loss(loss_tensor, seed=0)
+    assert check_ch06.loo_loss(lambda A, x, y: float(loss_tensor(A, x, y)), seed=0)
     monkeypatch.setenv("LOCALBOOK_CHECK_STRICT", "1")
     with pytest.raises(AssertionError):
-        check_metric.loo_loss(lambda A, x, y: 2 * loss_tensor(A, x, y), seed=0)
+        check_ch06.loo_loss(lambda A, x, y: 2 * loss_tensor(A, x, y), seed=0)

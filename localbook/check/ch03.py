@@ -1,6 +1,8 @@
-"""Self-checks for chapter 3 (MeanShift): one mean-shift step.
+"""Self-checks for chapter 3 ("Local decisions beyond the mean"): the local quantile.
 
-lb.check.ch03.mean_shift_step(my_step)
+Call it on your own function inside an exercise cell::
+
+    lb.check.ch03.local_quantile_1d(my_local_quantile)
 """
 
 from __future__ import annotations
@@ -9,99 +11,92 @@ from typing import Callable, Optional
 
 import torch
 
-from ._common import Case, Mismatch, close, fmt, new_generator, run_check
+from ._common import Case, Mismatch, as_scalar, fmt, new_generator, run_check
 
-__all__ = ["mean_shift_step"]
-
-
-def _as_points(got, shape, like) -> torch.Tensor:
-    if got is None:
-        raise Mismatch(
-            "your function returned None", "did you forget the `return` statement?"
-        )
-    if not isinstance(got, torch.Tensor):
-        try:
-            got = torch.as_tensor(got)
-        except Exception:
-            raise Mismatch(
-                f"your function returned a {type(got).__name__}",
-                "return a torch tensor of points",
-            ) from None
-    if tuple(got.shape) != tuple(shape):
-        hint = "return one row per query point, with the same number of columns as the data"
-        if got.numel() == shape[0] * shape[1]:
-            hint = f"you have the right number of entries: reshape to {tuple(shape)}"
-        raise Mismatch(
-            f"shape {tuple(got.shape)} returned, {tuple(shape)} expected", hint
-        )
-    return got.detach().to(dtype=like.dtype, device="cpu")
+__all__ = ["local_quantile_1d"]
 
 
-def mean_shift_step(fn: Callable, *, seed: Optional[int] = None) -> bool:
-    r"""Check ``fn(x_query, x, h) -> (m, d)``: one Gaussian mean-shift step :math:`m(x)` per query.
+def _pinball_objective(
+    theta: float, w: torch.Tensor, y: torch.Tensor, q: float
+) -> float:
+    u = y - theta
+    return float((w * u * (q - (u < 0).to(u.dtype))).sum())
 
-    :math:`m(x) = \sum_i K(x, x_i)\, x_i / \sum_i K(x, x_i)` with
-    :math:`K = e^{-\lVert x - x_i\rVert^2/(2h^2)}` — the self-local mean, compared with
-    :func:`localbook.nadaraya_watson` of the positions on six random cases (1-D to 5-D, including a
-    query far from all data, where a naive ratio of exponentials gives ``0/0``). Wrong answers are
-    compared with the shift :math:`m(x) - x`, the score and an unnormalized sum for a hint.
+
+def local_quantile_1d(fn: Callable, *, seed: Optional[int] = None) -> bool:
+    r"""Check ``fn(x_star, x, y, h, q) -> float``: the local ``q``-quantile at ``x_star``.
+
+    Gaussian kernel :math:`K_i = e^{-(x_i - x^*)^2/(2h^2)}`; the answer must minimize
+    :math:`\sum_i K_i\,\rho_q(y_i - \theta)` with :math:`\rho_q(u) = u\,(q - 1[u<0])` (any
+    minimizer is accepted: the objective is compared with that of
+    :func:`localbook.local_quantile`, up to rounding). Six random cases with heavy-tailed
+    responses, ``q`` from 0.1 to 0.9; wrong answers are compared with the local mean, the
+    unweighted quantile and the ``1 − q`` quantile to give a specific hint.
     """
+    from ..local_decisions import local_quantile
     from ..local_mean import nadaraya_watson
 
     g = new_generator(seed)
     cases = []
-    for n, m, d, h, far in [
-        (5, 3, 1, 0.8, False),
-        (40, 6, 2, 0.5, False),
-        (100, 4, 3, 1.2, False),
-        (200, 5, 2, 0.2, False),
-        (60, 3, 5, 1.0, False),
-        (50, 2, 2, 0.3, True),
+    for n, h, q in [
+        (7, 0.5, 0.5),
+        (40, 0.1, 0.5),
+        (60, 0.2, 0.1),
+        (100, 0.05, 0.9),
+        (25, 1.0, 0.75),
+        (200, 0.3, 0.3),
     ]:
-        x = torch.randn(n, d, generator=g, dtype=torch.float64)
-        q = x[:m] + 0.3 * torch.randn(m, d, generator=g, dtype=torch.float64)
-        if far:
-            q[-1] = (
-                40.0  # every kernel value underflows: only a log-space (or shifted) ratio survives
-            )
-        want = nadaraya_watson(q, x, x, h)
-        what = f"n = {n}, d = {d}, h = {h:g}" + (
-            ", one query far from all data" if far else ""
+        x = torch.rand(n, generator=g, dtype=torch.float64)
+        # Student t with 2 degrees of freedom: z / sqrt(χ²₂ / 2), with χ²₂ / 2 = −log U
+        z = torch.randn(n, generator=g, dtype=torch.float64)
+        u = torch.rand(n, generator=g, dtype=torch.float64).clamp(min=1e-300)
+        noise = z / torch.sqrt(-torch.log(u))
+        y = torch.sin(6 * x) + 0.5 * noise
+        x_star = float(torch.rand(1, generator=g, dtype=torch.float64))
+        want = float(local_quantile([[x_star]], x, y, h, q=q)[0])
+        cases.append(
+            Case((x_star, x, y, h, q), f"n = {n}, h = {h:g}, q = {q:g}", {"want": want})
         )
-        cases.append(Case((q, x, h), what, {"want": want}))
 
     def judge(case, got):
-        q, x, h = case.args
-        got = _as_points(got, q.shape, x)
+        x_star, x, y, h, q = case.args
+        got = as_scalar(got)
         want = case.extra["want"]
-        if close(got, want):
+        w = torch.exp(-0.5 * ((x - x_star) / h) ** 2)
+        J_want = _pinball_objective(want, w, y, q)
+        tol = 1e-9 * float(w.sum() * (y.abs().max() + 1))
+        J_got = _pinball_objective(got, w, y, q) if got == got else float("inf")
+        if J_got <= J_want + tol:
             return
-        bad = (
-            ~torch.isclose(got, want, rtol=1e-6, atol=1e-8) | ~torch.isfinite(got)
-        ).any(1)
-        i = int(bad.nonzero()[0, 0])
-        msg = f"query {i}: expected {[fmt(float(v)) for v in want[i]]}, got {[fmt(float(v)) for v in got[i]]}"
-        if close(got, want - q):
+        msg = (
+            f"expected {fmt(want)} (weighted pinball loss {fmt(J_want)}), got {fmt(got)} "
+            f"(loss {fmt(J_got)})"
+        )
+        nw = float(nadaraya_watson([[x_star]], x, y, h)[0])
+        plain = float(torch.quantile(y, q, interpolation="lower"))
+        flipped = float(local_quantile([[x_star]], x, y, h, q=1 - q)[0])
+        if abs(got - nw) <= 1e-9 * (1 + abs(nw)):
             raise Mismatch(
                 msg,
-                "you returned the shift m(x) − x; the step moves the point to m(x) itself",
+                "that is the local mean (squared loss); the pinball loss gives a "
+                "weighted quantile of the y_i, not a weighted average",
             )
-        if close(got, (want - q) / h**2):
+        if abs(got - plain) <= 1e-12 * (1 + abs(plain)) and abs(plain - want) > 0:
             raise Mismatch(
-                msg,
-                "you returned the score ∇log p̂(x) = (m(x) − x)/h²; the check wants m(x)",
+                msg, "that is the quantile of all y_i: weight each y_i by K(x*, x_i)"
             )
-        if not bool(torch.isfinite(got).all()):
+        if abs(got - flipped) <= 1e-12 * (1 + abs(flipped)) and abs(flipped - want) > 0:
             raise Mismatch(
                 msg,
-                "NaN or inf: for a query far from all data every exp(−u²/2) underflows to 0 — "
-                "subtract the largest exponent before exponentiating (or use logsumexp / softmax)",
+                "you computed the (1 − q)-quantile: sort the y_i increasingly and "
+                "stop where the cumulative weight first reaches q · Σ K_i",
             )
         raise Mismatch(
             msg,
-            "m(x) is a weighted mean: divide Σ K_i x_i by Σ K_i, with K_i = exp(−|x − x_i|²/(2h²))",
+            "sort the y_i, accumulate their kernel weights in that order, and "
+            "return the first y_(j) whose cumulative weight reaches q · Σ_i K_i",
         )
 
     return run_check(
-        "mean_shift_step", fn, cases, judge, "1-D to 5-D, one query far from all data"
+        "local_quantile_1d", fn, cases, judge, "heavy-tailed data, q from 0.1 to 0.9"
     )

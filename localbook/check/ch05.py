@@ -1,113 +1,121 @@
-"""Self-checks for the chapter on attention (file 05): the kernel-smoothed bigram model.
+"""Self-checks for chapter 5 (denoising): the modern Hopfield energy.
 
-lb.check.ch05.kernel_bigram(my_kernel_bigram)
+lb.check.ch05.hopfield_energy(my_hopfield_energy)
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import torch
 
 from ._common import Case, Mismatch, close, fmt, new_generator, run_check
 
-__all__ = ["kernel_bigram"]
+__all__ = ["hopfield_energy"]
 
 
-def kernel_bigram(fn: Callable, *, seed: Optional[int] = None) -> bool:
-    r"""Check ``fn(K, C) -> (V, V)``: the local mean over positions with a kernel between tokens.
+def _energy(xi, X, beta, *, lse=True, inv_beta=True, quad=True, sign=-1.0):
+    s = beta * xi @ X.T
+    t = torch.logsumexp(s, 1) if lse else torch.log(torch.exp(s).mean(1))
+    return sign * t / (beta if inv_beta else 1.0) + (
+        0.5 * (xi**2).sum(1) if quad else 0.0
+    )
 
-    ``K`` is a positive ``(V, V)`` kernel between current tokens, ``C`` the bigram counts
-    :math:`C_{ab} = \#\{s : x_s = a, x_{s+1} = b\}` of a token sequence (as
-    :func:`localbook.bigram_counts`). Row ``a`` of the answer must be
-    :math:`\sum_s K(a, x_s)\, e_{x_{s+1}} / \sum_s K(a, x_s)`, which the check computes by brute
-    force over the positions of a random sequence (six cases, :math:`V` from 2 to 40, asymmetric
-    kernels, tokens that never occur). Wrong answers are compared with :math:`K^\top C`,
-    :math:`CK`, the plain bigram model, the unnormalized :math:`KC` and a normalization by the
-    row sums of ``K`` to give a hint.
+
+def hopfield_energy(fn: Callable, *, seed: Optional[int] = None) -> bool:
+    r"""Check ``fn(xi, X, beta) -> (m,)``: the energy of each state (row of ``xi``).
+
+    :math:`E(\xi) = -\beta^{-1}\log\sum_i e^{\beta\langle x_i,\xi\rangle} + \tfrac12\lVert\xi\rVert^2`
+    with the stored patterns :math:`x_i` the rows of ``X``. Compared with the formula evaluated by
+    ``torch.logsumexp`` on six random cases (float64, up to 784 dimensions, :math:`\beta` from 0.5
+    to 50, one case whose scores :math:`\beta\langle x_i, \xi\rangle` exceed 2000, where a naive
+    ``exp`` overflows). Wrong answers are compared with the energy without :math:`1/\beta`, without
+    :math:`\tfrac12\lVert\xi\rVert^2`, with the wrong sign and with a mean instead of a sum.
     """
-    from ..language import bigram_counts
-
     g = new_generator(seed)
     cases = []
-    for V, T in [(2, 30), (5, 200), (12, 500), (26, 3000), (40, 800), (8, 60)]:
-        probs = torch.rand(V, generator=g, dtype=torch.float64) ** 2
-        probs[-1] = 0.0  # one token never occurs
-        ids = torch.multinomial(probs, T, replacement=True, generator=g)
-        K = torch.rand(V, V, generator=g, dtype=torch.float64) + 0.01
-        C = bigram_counts(ids, V).to(torch.float64)
-        Kp = K[:, ids[:-1]]  # (V, T - 1): K(a, x_s)
-        onehot = torch.nn.functional.one_hot(ids[1:], V).to(torch.float64)
-        want = (Kp @ onehot) / Kp.sum(1, keepdim=True)
-        cases.append(Case((K, C), f"V = {V}, {T} tokens", {"want": want}))
+    for m, n, d, beta in [
+        (1, 3, 2, 1.0),
+        (5, 10, 4, 8.0),
+        (7, 20, 16, 0.5),
+        (3, 200, 784, 8.0),
+        (6, 40, 8, 2.0),
+        (4, 30, 50, 50.0),
+    ]:
+        X = torch.randn(n, d, generator=g, dtype=torch.float64)
+        if d == 784:  # images: pixels in [0, 1], scaled like the chapter's patterns
+            X = torch.rand(n, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+        xi = X[torch.randint(n, (m,), generator=g)] + 0.3 * torch.randn(
+            m, d, generator=g, dtype=torch.float64
+        )
+        cases.append(
+            Case(
+                (xi, X, beta),
+                f"{m} states, {n} patterns in {d}-D, β = {beta:g}",
+                {"want": _energy(xi, X, beta)},
+            )
+        )
 
     def judge(case, got):
-        K, C = case.args
-        V = K.shape[0]
+        xi, X, beta = case.args
+        m, n = xi.shape[0], X.shape[0]
         if got is None:
             raise Mismatch(
                 "your function returned None", "did you forget the `return` statement?"
             )
         got = torch.as_tensor(got).detach().to(torch.float64)
-        if tuple(got.shape) != (V, V):
-            raise Mismatch(
-                f"shape {tuple(got.shape)} returned, ({V}, {V}) expected",
-                "one row of next-token probabilities per current token a",
-            )
+        if tuple(got.shape) != (m,):
+            hint = "return one energy per state (row of xi), a tensor of shape (m,)"
+            if tuple(got.shape) == (n,) and n != m:
+                hint = "you reduced over the states: the logsumexp runs over the patterns, dim=1 of xi @ X.T"
+            elif got.numel() == m:
+                hint = f"right number of entries: flatten it (e.g. `.reshape({m})`)"
+            raise Mismatch(f"shape {tuple(got.shape)} returned, ({m},) expected", hint)
         want = case.extra["want"]
-        if close(got, want, rtol=1e-9, atol=1e-12):
+        scale = float(want.abs().max()) + 1.0
+        if close(got, want, rtol=1e-9, atol=1e-9 * scale):
             return
-        bad = ~torch.isclose(got, want, rtol=1e-9, atol=1e-12) | ~torch.isfinite(got)
-        a, b = (int(v) for v in bad.nonzero()[0])
-        msg = f"entry [{a}, {b}]: expected {fmt(float(want[a, b]))}, got {fmt(float(got[a, b]))}"
-        n = C.sum(1)
-
-        def rows(M):
-            return M / M.sum(1, keepdim=True)
-
-        for value, hint in [
-            (
-                rows(K.T @ C),
-                "K(a, a') weighs the count row of a' for the current token a: (K C), "
-                "not Kᵀ C",
-            ),
-            (
-                rows(C @ K),
-                "the kernel acts on the current token (the rows of C): K C, not C K",
-            ),
-            (
-                C / n[:, None],
-                "this is the plain bigram model (the delta kernel); "
-                "smooth the count rows with K first",
-            ),
-            (
-                K @ C,
-                "normalize: divide row a by Σ_s K(a, x_s) = (K n)_a with n_a' = Σ_b C_a'b",
-            ),
-            (
-                (K @ C) / K.sum(1, keepdim=True),
-                "the denominator weights each token by how often it "
-                "occurs: (K n)_a with n the row sums of C, "
-                "not the row sums of K",
-            ),
-        ]:
-            if torch.allclose(got, value, rtol=1e-9, atol=1e-12, equal_nan=True):
-                raise Mismatch(msg, hint)
+        i = int(
+            (~torch.isclose(got, want, rtol=1e-9, atol=1e-9 * scale)).nonzero()[0, 0]
+        )
+        msg = f"state {i}: expected {fmt(float(want[i]))}, got {fmt(float(got[i]))}"
         if not bool(torch.isfinite(got).all()):
             raise Mismatch(
                 msg,
-                "a token that never occurs still gets a prediction: (K n)_a > 0 "
-                "since K is positive — divide by it, not by n_a",
+                "exp(β⟨x_i, ξ⟩) overflows for large scores: use torch.logsumexp, "
+                "which subtracts the largest score first",
             )
+        for kw, hint in [
+            (
+                {"inv_beta": False},
+                "the log-sum-exp term is divided by β: −β⁻¹ log Σ_i e^{β⟨x_i, ξ⟩}",
+            ),
+            (
+                {"quad": False},
+                "the energy also has the convex part ½‖ξ‖² (half the squared norm of each state)",
+            ),
+            (
+                {"sign": 1.0},
+                "sign: the log-sum-exp term enters with a minus, E = −β⁻¹ lse + ½‖ξ‖²",
+            ),
+            (
+                {"lse": False},
+                "a sum over the patterns, not a mean: log Σ_i, which differs from log of "
+                "the mean by log n",
+            ),
+        ]:
+            if close(got, _energy(xi, X, beta, **kw), rtol=1e-9, atol=1e-9 * scale):
+                raise Mismatch(msg, hint)
         raise Mismatch(
             msg,
-            "group the positions by their token: Σ_s K(a, x_s) e_{x_{s+1}} = (K C)_a·",
+            "E(ξ) = −β⁻¹ log Σ_i exp(β⟨x_i, ξ⟩) + ½‖ξ‖², the inner products are xi @ X.T",
         )
 
     return run_check(
-        "kernel_bigram",
+        "hopfield_energy",
         fn,
         cases,
         judge,
-        "V from 2 to 40, asymmetric kernels, against sums over positions",
+        "up to 784-D, β from 0.5 to 50, scores large enough to overflow exp",
     )

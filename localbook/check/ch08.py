@@ -1,6 +1,6 @@
-"""Self-checks for the chapter on memorization (file 08): leave-one-out residuals of interpolation.
+"""Self-checks for chapter 8 (entmax): sparsemax as a Euclidean projection onto the simplex.
 
-lb.check.ch08.loo_residuals(my_loo_residuals)
+lb.check.ch08.sparsemax(my_sparsemax)
 """
 
 from __future__ import annotations
@@ -11,105 +11,65 @@ import torch
 
 from ._common import Case, Mismatch, as_vector, close, fmt, new_generator, run_check
 
-__all__ = ["loo_residuals"]
+__all__ = ["sparsemax"]
 
 
-def loo_residuals(fn: Callable, *, seed: Optional[int] = None) -> bool:
-    r"""Check ``fn(Phi, g) -> (N,)``: all leave-one-out residuals of min-norm interpolation.
+def sparsemax(fn: Callable, *, seed: Optional[int] = None) -> bool:
+    r"""Check ``fn(z) -> (n,)`` for a 1-D tensor ``z``: :math:`\mathrm{sparsemax}(z) = [z - \tau]_+`.
 
-    ``Phi (N, p)`` holds the features of ``N ≤ p`` samples, ``g (N,)`` their labels; entry ``i``
-    must be :math:`g_i - f(z_i, \theta^*_{-i})`, where :math:`\theta^*_{-i}` interpolates all
-    samples but ``i`` with minimal norm. The check computes it by brute force, ``N`` refits with
-    :func:`localbook.min_norm_fit` (six cases, ``N`` from 3 to 40, ``p`` from ``N + 3`` to
-    ``4N``, Gaussian and ReLU features). Wrong answers are compared with the in-sample residuals
-    (all zero: the model interpolates), :math:`[K^{-1}G]_i` without its division by
-    :math:`[K^{-1}]_{ii}`, a division by :math:`K_{ii}`, the flipped sign and the leave-one-out
-    predictions.
+    :math:`\tau` makes the output sum to one (the Euclidean projection of ``z`` onto the
+    probability simplex). Compared with :func:`localbook.sparsemax` on six random cases: small and
+    long vectors, ties, a dominant entry (output one-hot) and nearly equal scores (full support).
+    Wrong answers are tested for summing to one, negativity and a softmax mix-up for a hint.
     """
-    from ..memorization import min_norm_fit
+    from ..entmax import sparsemax as reference
 
     g = new_generator(seed)
-    cases = []
-    for N, p, relu in [
-        (3, 12, False),
-        (10, 30, True),
-        (20, 23, False),
-        (25, 100, True),
-        (40, 160, False),
-        (15, 60, True),
-    ]:
-        Phi = torch.randn(N, p, generator=g, dtype=torch.float64)
-        if relu:  # random ReLU features of Gaussian inputs, as in the chapter
-            Z = torch.randn(N, 8, generator=g, dtype=torch.float64)
-            W = torch.randn(p, 8, generator=g, dtype=torch.float64) / 8**0.5
-            Phi = torch.relu(Z @ W.T) / p**0.5
-        y = torch.sign(torch.randn(N, generator=g, dtype=torch.float64))
-        keep = ~torch.eye(N, dtype=torch.bool)
-        pred = torch.stack(
-            [Phi[i] @ min_norm_fit(Phi[keep[i]], y[keep[i]]) for i in range(N)]
-        )
-        K = Phi @ Phi.T
-        tol = (
-            1e3
-            * torch.finfo(K.dtype).eps
-            * float(torch.linalg.cond(K))
-            * (1 + float(pred.abs().max()))
-        )
-        kind = "ReLU" if relu else "Gaussian"
-        cases.append(
-            Case(
-                (Phi, y),
-                f"N = {N}, p = {p}, {kind} features",
-                {"pred": pred, "tol": tol, "K": K},
-            )
-        )
+    zs = [
+        ("n = 3", torch.randn(3, generator=g, dtype=torch.float64)),
+        ("n = 10", 2 * torch.randn(10, generator=g, dtype=torch.float64)),
+        ("n = 200", torch.randn(200, generator=g, dtype=torch.float64)),
+        ("ties", torch.tensor([1.0, 1.0, 0.2, -0.5, 1.0], dtype=torch.float64)),
+        (
+            "one dominant score",
+            torch.tensor([5.0, 0.1, -0.3, 0.0], dtype=torch.float64),
+        ),
+        (
+            "nearly equal scores",
+            0.01 * torch.randn(8, generator=g, dtype=torch.float64),
+        ),
+    ]
+    cases = [Case((z,), what, {"want": reference(z)}) for what, z in zs]
 
     def judge(case, got):
-        Phi, y = case.args
-        N = len(y)
-        got = as_vector(got, N, like=y)
-        pred, tol, K = case.extra["pred"], case.extra["tol"], case.extra["K"]
-        want = y - pred
-        if close(got, want, rtol=0, atol=tol):
+        (z,) = case.args
+        got = as_vector(got, len(z), like=z)
+        want = case.extra["want"]
+        if close(got, want):
             return
-        bad = ~(torch.abs(got - want) <= tol)
+        bad = ~torch.isclose(got, want, rtol=1e-6, atol=1e-8) | ~torch.isfinite(got)
         i = int(bad.nonzero()[0, 0])
-        msg = (
-            f"entry {i}: expected {fmt(float(want[i]))}, got {fmt(float(got[i]))} "
-            f"({int(bad.sum())} of {N} entries differ)"
-        )
-        Kinv = torch.linalg.inv(K)
-        a = Kinv @ y
-        for value, hint in [
-            (
-                torch.zeros_like(y),
-                "these are the in-sample residuals, all 0 because the model "
-                "interpolates; leave sample i out: S_{z_i}(z_i) = [K⁻¹G]_i / [K⁻¹]_ii",
-            ),
-            (a, "divide [K⁻¹G]_i by the diagonal entry [K⁻¹]_ii"),
-            (
-                a / K.diagonal(),
-                "divide by [K⁻¹]_ii, the diagonal of the inverse, not by K_ii",
-            ),
-            (-want, "sign: the residual is g_i − f(z_i, θ*₋ᵢ), not f(z_i, θ*₋ᵢ) − g_i"),
-            (
-                pred,
-                "these are the leave-one-out predictions f(z_i, θ*₋ᵢ); the check wants "
-                "the residuals g_i − f(z_i, θ*₋ᵢ)",
-            ),
-        ]:
-            if close(got, value, rtol=0, atol=tol * (1 + float(value.abs().max()))):
-                raise Mismatch(msg, hint)
+        msg = f"entry {i}: expected {fmt(float(want[i]))}, got {fmt(float(got[i]))}"
+        if close(got, torch.softmax(z, 0)):
+            raise Mismatch(
+                msg,
+                "this is softmax; sparsemax thresholds instead: p_i = max(z_i − τ, 0)",
+            )
+        if bool((got < -1e-12).any()):
+            raise Mismatch(
+                msg + " (negative entries)", "clip at zero: p_i = max(z_i − τ, 0)"
+            )
+        if abs(float(got.sum()) - 1) > 1e-6:
+            raise Mismatch(
+                msg + f" (sum {fmt(float(got.sum()))})",
+                "τ must make the output sum to one: τ = (Σ_{j ≤ k} z_(j) − 1)/k, with k the "
+                "support size, the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j)",
+            )
         raise Mismatch(
             msg,
-            "with K = Φ Φᵀ: S_{z_i}(z_i) = [K⁻¹G]_i / [K⁻¹]_ii, or the diagonal "
-            "of lb.stability(Phi, g, None, Phi)",
+            "the support is the largest k with 1 + k·z_(k) > Σ_{j ≤ k} z_(j) (scores sorted decreasingly)",
         )
 
     return run_check(
-        "loo_residuals",
-        fn,
-        cases,
-        judge,
-        "N from 3 to 40, against N brute-force refits each",
+        "sparsemax", fn, cases, judge, "ties, one-hot and full-support cases"
     )

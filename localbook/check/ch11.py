@@ -1,6 +1,6 @@
-"""Self-checks for the chapter on embeddings (file 09): the regularized LLE weights of one point.
+"""Self-checks for chapter 11 (embeddings): the regularized LLE weights of one point.
 
-lb.check.ch09.lle_point_weights(my_lle_point_weights)
+lb.check.ch11.lle_point_weights(my_lle_point_weights)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Self-check of the chapter "Local decisions beyond the mean" (localbook.check.ch02b): a right
+"""Self-check of the chapter "Local decisions beyond the mean" (localbook.check.ch03): a right
 answer passes, typical wrong answers fail with a specific hint, strict mode raises."""
 
 import pytest
@@ -45,7 +45,7 @@ def lq_stub(x_star, x, y, h, q):
 
 
 def test_right_answer_passes(capsys):
-    assert lb.check.ch02b.local_quantile_1d(lq_right) is True
+    assert lb.check.ch03.local_quantile_1d(lq_right) is True
     assert "✓ local_quantile_1d" in capsys.readouterr().out
 
 
@@ -59,24 +59,24 @@ def test_right_answer_passes(capsys):
     ],
 )
 def test_typical_slips_fail_with_a_hint(fn, hint, capsys):
-    assert lb.check.ch02b.local_quantile_1d(fn) is False
+    assert lb.check.ch03.local_quantile_1d(fn) is False
     out = capsys.readouterr().out
     assert "✗ local_quantile_1d" in out and hint in out
 
 
 def test_stub_says_not_implemented(capsys):
-    assert lb.check.ch02b.local_quantile_1d(lq_stub) is False
+    assert lb.check.ch03.local_quantile_1d(lq_stub) is False
     assert "not implemented yet" in capsys.readouterr().out
 
 
 def test_strict_mode_raises(monkeypatch):
     monkeypatch.setenv("LOCALBOOK_CHECK_STRICT", "1")
     with pytest.raises(AssertionError, match="local mean"):
-        lb.check.ch02b.local_quantile_1d(lq_mean)
+        lb.check.ch03.local_quantile_1d(lq_mean)
     with pytest.raises(NotImplementedError):
-        lb.check.ch02b.local_quantile_1d(lq_stub)
+        lb.check.ch03.local_quantile_1d(lq_stub)
 
 
 def test_seeded_checks_are_reproducible(capsys):
-    assert lb.check.ch02b.local_quantile_1d(lq_right, seed=3)
-    assert lb.check.ch02b.local_quantile_1d(lq_right, seed=3)
+    assert lb.check.ch03.local_quantile_1d(lq_right, seed=3)
+    assert lb.check.ch03.local_quantile_1d(lq_right, seed=3)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import localbook as lb
-from localbook.check import metric as check_metric
+from localbook.check import ch06 as check_ch06
 
 
 @pytest.fixture(autouse=True)
@@ -45,32 +45,30 @@ def ab_stub(x, h):
 
 
 def test_right_answers_pass(capsys):
-    assert check_metric.loo_loss(loss_right)
-    assert check_metric.abramson(ab_right)
+    assert check_ch06.loo_loss(loss_right)
+    assert check_ch06.abramson(ab_right)
     assert "✓" in capsys.readouterr().out
-    assert check_metric.loo_loss(
-        lb.mlkr_loss
-    )  # the library's own answer (a 0-d tensor)
+    assert check_ch06.loo_loss(lb.mlkr_loss)  # the library's own answer (a 0-d tensor)
 
 
 @pytest.mark.parametrize(
     "fn,hint", [(loss_self, "weight 0"), (loss_mean, "sum the squared")]
 )
 def test_loss_slips_get_hints(fn, hint, capsys):
-    assert not check_metric.loo_loss(fn)
+    assert not check_ch06.loo_loss(fn)
     assert hint in capsys.readouterr().out
 
 
 def test_abramson_slip_and_stub(capsys):
-    assert not check_metric.abramson(ab_power_one)
+    assert not check_ch06.abramson(ab_power_one)
     assert "square root" in capsys.readouterr().out
-    assert not check_metric.abramson(ab_stub)
+    assert not check_ch06.abramson(ab_stub)
     assert "not implemented" in capsys.readouterr().out
 
 
 def test_strict_mode_raises(monkeypatch):
     monkeypatch.setenv("LOCALBOOK_CHECK_STRICT", "1")
     with pytest.raises(AssertionError, match="MLKR"):
-        check_metric.loo_loss(loss_self)
+        check_ch06.loo_loss(loss_self)
     with pytest.raises(NotImplementedError):
-        check_metric.abramson(ab_stub)
+        check_ch06.abramson(ab_stub)
