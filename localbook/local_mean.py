@@ -190,14 +190,8 @@ def equivalent_kernel(
     moments :math:`S_j = \sum_l K_l (x_l - x^*)^j`: for :math:`K_i > 0` the weight is negative
     exactly when :math:`(x_i - x^*) S_1 > S_2`, i.e. beyond :math:`x^* + S_2/S_1`, on the side
     where the kernel mass lies (none is negative when :math:`S_1 = 0`).
-    The weighted least-squares problem is solved by a Householder QR of the weighted design,
-    centred on the neighbourhood's weighted mean (never by the normal equations), and equals
-    ``numpy.linalg.lstsq`` on that problem to rounding. Singular values of the weighted design
-    (coordinates in bandwidth units) at or below ``rcond`` times the largest are treated as
-    zero, as in ``numpy.linalg.lstsq``; ``rcond=None`` is its default, the machine epsilon times
-    ``max(n, d + 1)``. Below the cutoff the solution is the minimum-norm one in the kept
-    subspace: slope directions in which the neighbourhood has no spread get slope zero, and
-    with no direction kept (one effective neighbour) the fit is the local mean.
+    The weights come from the same weighted least-squares solve as :func:`local_linear`
+    (Householder QR, the ``rcond`` cutoff, the minimum-norm solution below it).
     """
     x = check_points(x, "x")
     xq = check_query(x_query, x)

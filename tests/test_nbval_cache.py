@@ -22,28 +22,16 @@ def _notebook(path: Path, cells) -> None:
     nbformat.write(nb, path)
 
 
-def _nbval(tmp_path: Path, name: str, cache: Path):
-    env = {"LOCALBOOK_NB_CACHE": str(cache), "PATH": str(Path(sys.executable).parent)}
+def _nbval(tmp_path: Path, name: str, cache=None):
+    """nbval on one notebook in ``tmp_path``, storing into ``cache`` when one is given."""
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    if cache is not None:
+        env["LOCALBOOK_NB_CACHE"] = str(cache)
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            name,
-            "--nbval-lax",
-            "--nbval-current-env",
-            "-q",
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:cacheprovider",
-        ],
-        cwd=tmp_path,
-        env={**env, "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+        [sys.executable, "-m", "pytest", name, "--nbval-lax", "--nbval-current-env", "-q",
+         "-p", "no:randomly", "-p", "no:cacheprovider"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -89,24 +77,6 @@ def test_failing_chapter_is_not_stored(book):
 
 def test_without_the_variable_nothing_is_written(book):
     _notebook(book / "plain.ipynb", ["print(1)"])
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "plain.ipynb",
-            "--nbval-lax",
-            "--nbval-current-env",
-            "-q",
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:cacheprovider",
-        ],
-        cwd=book,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _nbval(book, "plain.ipynb")
     assert run.returncode == 0, run.stdout + run.stderr
     assert not (book / "jc").exists()
