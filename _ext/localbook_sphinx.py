@@ -438,8 +438,20 @@ def write_redirects(app, exception):
             (out / f"{old}.html").write_text(_STUB.format(new=new), encoding="utf-8")
 
 
+def draw_reading_map(app):
+    """Draw the intro's reading map from the chapters' **Builds on:** lines (chapter_frame)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import chapter_frame
+
+    root = Path(app.srcdir)
+    chapter_frame.draw_reading_map(root, root / "book" / "_generated" / "reading_map")
+
+
 def setup(app):
     app.connect("config-inited", use_local_web_assets)
+    app.connect("builder-inited", draw_reading_map)
     app.connect("build-finished", write_redirects)
     app.connect("source-read", hide_solution_markers)
     app.connect("html-page-context", dedupe_scripts, priority=900)
