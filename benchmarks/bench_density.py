@@ -56,7 +56,7 @@ def blobs(n: int):
 
 def pair_count(fn) -> int:
     """Kernel evaluations of one mean-shift call: Σ over its steps of (distinct seeds × n)."""
-    import localbook.density as dens
+    import localbook.modes as dens
 
     step, total = dens._local_step, [0]
 

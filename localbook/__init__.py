@@ -20,6 +20,8 @@ from .denoise import *  # noqa: F401,F403
 from . import check  # noqa: F401  (self-checks for the exercises: lb.check.ch01, ...)
 from .notebook import glue  # noqa: F401  (run-dependent numbers in the prose)
 from .density import *  # noqa: F401,F403
+from .modes import *  # noqa: F401,F403
+from .medoids import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .token_graph import *  # noqa: F401,F403

@@ -194,6 +194,13 @@ def check_bandwidth(
     return h
 
 
+def check_bool(value, name: str) -> bool:
+    """A flag: ``True`` or ``False`` only (``0``, ``1`` and ``"yes"`` are refused, not guessed)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def check_positive_int(
     value, name: str, *, minimum: int = 1, maximum: Optional[int] = None
 ) -> int:

@@ -38,6 +38,7 @@ from torch.nn import functional as F
 
 from ._validate import (
     as_tensor,
+    check_bool,
     check_choice,
     check_finite,
     check_positive_float,
@@ -500,18 +501,11 @@ def local_mean_attention(
     skips it — no synchronisation on a GPU's hot path; NaN/inf inputs then propagate to the
     outputs, as in SDPA.
     """
-    if not isinstance(check_values, bool):
-        raise TypeError(
-            f"check_values must be True or False, got {type(check_values).__name__}"
-        )
+    check_bool(check_values, "check_values")
     q, k, v, batch = _check_qkv(q, k, v, check_values)
     alpha = _check_alpha(alpha, weights, batch)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {type(causal).__name__}")
-    if not isinstance(return_weights, bool):
-        raise TypeError(
-            f"return_weights must be True or False, got {type(return_weights).__name__}"
-        )
+    check_bool(causal, "causal")
+    check_bool(return_weights, "return_weights")
     if not callable(weights):
         check_choice(weights, "weights", list(WEIGHTS))
     if scale is not None:

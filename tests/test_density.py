@@ -554,7 +554,7 @@ def test_mean_shift_max_iter_allows_one_more_step(max_iter):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 4), st.floats(0.2, 3.0))
 def test_unique_rows_and_bin_seeds_equal_the_row_wise_unique(seed, d, h):
-    from localbook.density import _bin_seeds, _unique_rows
+    from localbook.modes import _bin_seeds, _unique_rows
 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(300, d, generator=g, dtype=torch.float64)

@@ -104,10 +104,6 @@ def test_no_import_runs_up_the_layering():
     assert not upward, upward
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="density.py (806 lines) is not split yet: mean shift and KDE in one module",
-)
 def test_no_module_is_longer_than_the_limit():
     long = {
         m: n
