@@ -5,7 +5,6 @@ import still ties the two modules together)."""
 import ast
 from pathlib import Path
 
-import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "localbook"
 
