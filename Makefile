@@ -13,6 +13,7 @@ export LOCALBOOK_STATIC := 1
 export PYTHONHASHSEED := 0
 
 .PHONY: book test lint unit nbval build-strict assignments bench clean install web-assets browser slow data
+.PHONY: tex pdf pdf-test
 
 install: $(STAMP)
 
@@ -79,14 +80,58 @@ nbval: $(STAMP) data
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
 slow: $(STAMP) browser
-	$(PY) -m pytest tests -m slow -q
+	$(PY) -m pytest tests -m slow -q --ignore=tests/test_pdf.py
 
 test: lint unit nbval book slow
+
+# The book as one PDF, _build/latex/localization-methods.pdf, also copied into the site (every
+# page has a download button for it). TeX Live from Debian's packages where xelatex, latexmk or
+# pdftotext is missing (root, as in CI; about 2.5 minutes), then Sphinx's LaTeX builder through
+# xelatex and latexmk. The chapters' outputs come from the execution cache that `make book` (or
+# `make nbval`) fills: after them no chapter runs again.
+PDF := _build/latex/localization-methods.pdf
+tex:
+	@{ command -v xelatex && command -v latexmk && command -v pdftotext; } >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q texlive-xetex texlive-latex-extra texlive-fonts-recommended texlive-fonts-extra latexmk fonts-freefont-otf poppler-utils; }
+
+pdf: $(STAMP) data tex
+	$(check_cache)
+	rm -f $(PDF)
+	$(VENV)/bin/jupyter-book build --all . --builder pdflatex -W -n --keep-going
+	test -s $(PDF)
+	mkdir -p _build/html && cp $(PDF) _build/html/
+	@echo "PDF built: $(PDF)"
+
+# every chapter heading in the PDF, the LaTeX log's missing glyphs and overfull boxes under
+# their stated limits, as many figures as the website (run after `make book`)
+pdf-test: pdf
+	$(PY) -m pytest tests/test_pdf.py -m slow -q
 
 # An nbgrader course in _build/assignments: source/NN_name/ (instructor) and release/NN_name/
 # (student notebooks, by `nbgrader generate_assignment`); see book/teaching.md.
 assignments: $(STAMP)
 	$(PY) _ext/assignments.py book _build/assignments
+
+# The website on GitHub Pages: `make publish` builds the site (`make book`) and pushes
+# _build/html to the gh-pages branch of REMOTE with ghp-import (a commit on the local gh-pages
+# branch, then a forced push; .nojekyll so that Pages serves _static/ and _images/ as they are).
+# `make publish-built` pushes an existing build without rebuilding. Override REMOTE (a remote's
+# name or any git URL or path), BRANCH and SITE: `make publish REMOTE=upstream`.
+REMOTE ?= origin
+BRANCH ?= gh-pages
+SITE   ?= _build/html
+.PHONY: publish publish-built
+define push_site
+	@test -f $(SITE)/index.html || { echo "no website at $(SITE): run make book first"; exit 1; }
+	$(VENV)/bin/ghp-import --no-jekyll --push --force --remote $(REMOTE) --branch $(BRANCH) \
+	  --message "Publish the website built from $$(git rev-parse --short HEAD 2>/dev/null)" $(SITE)
+	@echo "Published $(SITE) to $(BRANCH) of $(REMOTE)"
+endef
+
+publish: book
+	$(push_site)
+
+publish-built:
+	$(push_site)
 
 # the CPU sections, both sides on 2 threads (the issue-18 targets are stated for 2 threads)
 bench: $(STAMP)
