@@ -1,15 +1,16 @@
 """Publishing the website (``make publish``), end to end against local git repositories.
 
-``make publish`` builds the site (``make book``, the real ten-minute build) and then runs the
-same recipe as ``make publish-built``: ``ghp-import`` commits the site to a ``gh-pages`` branch,
-adds ``.nojekyll`` and force-pushes the branch to ``REMOTE``. The fast tests run that recipe,
-from the project's Makefile, on a small site made here (an ``index.html``, one page per chapter
-of ``_toc.yml``, a ``_static/`` file and a PDF): from a scratch git repository, so the
-project's own repository gets no ``gh-pages`` branch, into a local bare repository, whose pushed
-tree they read back. A dry run (``make -n publish``) checks that ``make publish`` builds the
-real site first and publishes ``_build/html``. The slow test publishes the real build
-(``_build/html``, after ``make book``) the same way and checks every chapter page, every PDF the
-pages link to, and ``.nojekyll``.
+``make publish`` builds the site and the PDF its pages link to (``make book pdf``, the real
+builds, ten minutes and more) and then runs the same recipe as ``make publish-built``:
+``ghp-import`` commits the site to a ``gh-pages`` branch, adds ``.nojekyll`` and force-pushes
+the branch to ``REMOTE``. The fast tests run that recipe, from the project's Makefile, on a
+small site made here (an ``index.html``, one page per chapter of ``_toc.yml``, a ``_static/``
+file and a PDF): from a scratch git repository, so the project's own repository gets no
+``gh-pages`` branch, into a local bare repository, whose pushed tree they read back. A dry run
+(``make -n publish``) checks that ``make publish`` builds the real site and the PDF first and
+publishes ``_build/html``. The slow test publishes the real build (``_build/html``, after
+``make book``) the same way and checks every chapter page, every PDF the pages link to, and
+``.nojekyll``.
 """
 
 import os
@@ -180,16 +181,27 @@ def test_publish_built_refuses_a_missing_site(tmp_path, repos):
     assert git("--git-dir", str(bare), "branch", "--list").stdout.strip() == ""
 
 
+def test_publish_built_refuses_a_missing_pdf(fake_site, repos):
+    """Every page links the book's PDF: a site without it is not published."""
+    work, bare = repos
+    (fake_site / "localization-methods.pdf").unlink()
+    r = make("publish-built", work, SITE=fake_site, REMOTE=bare)
+    assert r.returncode != 0
+    assert "make pdf" in r.stdout + r.stderr
+    assert git("--git-dir", str(bare), "branch", "--list").stdout.strip() == ""
+
+
 def test_publish_builds_the_real_site_first():
-    """``make publish`` = the strict book build, then the same push of ``_build/html``."""
+    """``make publish`` = the strict book build and the PDF, then the push of ``_build/html``."""
     r = subprocess.run(
         ["make", "-n", "publish"], cwd=ROOT, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     build = next(i for i, l in enumerate(lines) if "jupyter-book build" in l)
+    pdf = next(i for i, l in enumerate(lines) if "--builder pdflatex" in l)
     push = next(i for i, l in enumerate(lines) if "ghp-import" in l)
-    assert build < push
+    assert build < push and pdf < push
     assert "--no-jekyll" in lines[push] and "--push" in lines[push]
     assert "--remote origin --branch gh-pages" in lines[push]
     assert "_build/html" in r.stdout.split("ghp-import", 1)[1]
