@@ -451,7 +451,8 @@ def local_average(
     neighbourhood (compact kernel, no point within the bandwidth) get NaN means and
     ``log_sum = -inf``, with one ``UserWarning`` giving their number. Without autograd the work
     runs in cache-sized tiles (:func:`tile_shape`, :func:`_tiled_sums`); with it, in row chunks
-    of the autograd graph (weights relative to each row's largest). Half-precision inputs
+    recomputed by the backward pass (:class:`_LocalAverage`: memory bounded by the chunk budget
+    at any size). Half-precision inputs
     (float16, bfloat16) are computed in float32 and returned in their own dtype.
     """
     kern = get_kernel(kernel)
@@ -476,15 +477,124 @@ def local_average(
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         mean, log_sum = _DataSide(x, values, h, kern, budget, center)(xq)
     else:
-        mean, log_sum = _graph_average(xq, x, values, h, kern, center, budget)
+        # the backward pass recomputes the weights chunk by chunk: memory stays bounded by
+        # the chunk budget at any size (a graph of the pairwise weights would hold all m·n)
+        none = values is None
+        v = xq.new_zeros(x.shape[0], 0) if none else values
+        mean, log_sum = _LocalAverage.apply(xq, x, v, h, kern, budget, center.detach())
+        mean = None if none else mean
     empty = torch.isneginf(log_sum)
     n_empty = int(empty.sum())
     if n_empty:
-        if mean is not None:
+        if mean is not None and not mean.requires_grad:
             mean[empty] = math.nan
         if warn_empty:
             warn_empty_kernel(n_empty, m, kern.name, stacklevel=3)
     return mean, log_sum
+
+
+class _LocalAverage(torch.autograd.Function):
+    r"""The local average as one autograd node whose backward recomputes the weights in chunks.
+
+    Forward: ``mean (m, k)`` and ``log_sum (m,)`` from the no-graph engine (NaN means and
+    ``-inf`` for empty rows). With normalized weights :math:`p_{ai} = K(q_a, x_i)/\sum_j K(q_a,
+    x_j)` and upstream gradients :math:`G` (of the mean) and :math:`g` (of ``log_sum``):
+
+    .. math:: \partial v_i = \sum_a p_{ai} G_a, \qquad
+              \partial \log K(q_a, x_i) = p_{ai}\,\big(G_a\cdot(v_i - \mathrm{mean}_a) + g_a\big),
+
+    and the second is pulled back to ``q``, ``x`` and ``h`` through the chunk's own small graph
+    of :math:`\log K`. Memory: a few ``(rows, n)`` chunks under the device's budget. When a
+    second derivative is asked for (``create_graph=True``) the backward builds the full graph
+    instead, so higher derivatives stay exact.
+    """
+
+    @staticmethod
+    def forward(ctx, xq, x, values, h, kern, budget, center):
+        vals = values if values.shape[1] else None
+        mean, log_sum = _DataSide(x, vals, h, kern, budget, center)(xq)
+        if mean is None:
+            mean = xq.new_zeros(xq.shape[0], 0)
+        empty = torch.isneginf(log_sum)
+        if bool(empty.any()):
+            mean[empty] = math.nan
+        ctx.kern, ctx.budget, ctx.center = kern, budget, center
+        ctx.save_for_backward(xq, x, values, h, mean, log_sum)
+        return mean, log_sum
+
+    @staticmethod
+    def backward(ctx, g_mean, g_log):
+        xq, x, values, h, mean, log_sum = ctx.saved_tensors
+        kern, budget, center = ctx.kern, ctx.budget, ctx.center
+        need = ctx.needs_input_grad[:4]
+        if (
+            torch.is_grad_enabled()
+        ):  # create_graph=True: the full, twice-differentiable graph
+            with torch.enable_grad():
+                vals = values if values.shape[1] else None
+                m2, l2 = _graph_average(xq, x, vals, h, kern, center, budget)
+                outs = [l2] if m2 is None else [m2, l2]
+                grads = [g_log] if m2 is None else [g_mean, g_log]
+                pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+                wrt = [t for t, w in zip((xq, x, values, h), need) if w]
+                got = iter(
+                    torch.autograd.grad(
+                        [o for o, _ in pairs],
+                        wrt,
+                        [g for _, g in pairs],
+                        create_graph=True,
+                        allow_unused=True,
+                    )
+                    if pairs
+                    else [None] * len(wrt)
+                )
+            full = [next(got) if w else None for w in need]
+            return (*full, None, None, None)
+        m, n, k = xq.shape[0], x.shape[0], values.shape[1]
+        ok = torch.isfinite(log_sum)
+        shift = torch.where(ok, log_sum, torch.zeros_like(log_sum))
+        g_log = torch.where(ok, g_log, torch.zeros_like(g_log))
+        if k:
+            g_mean = torch.where(ok[:, None], g_mean, torch.zeros_like(g_mean))
+            # G_a · mean_a, the part of G_a · (v_i − mean_a) that does not depend on i
+            g_dot = (
+                g_mean * torch.where(ok[:, None], mean, torch.zeros_like(mean))
+            ).sum(1)
+        gq, gx, gv, gh = (
+            torch.zeros_like(t) if w else None for t, w in zip((xq, x, values, h), need)
+        )
+        rows = chunk_rows(m, n, 2, x.element_size(), budget, x.device)
+        for sl in iter_chunks(m, rows):
+            with torch.enable_grad():
+                q_c = xq[sl].detach().requires_grad_(need[0])
+                x_c = x.detach().requires_grad_(need[1])
+                h_c = h.detach().requires_grad_(need[3])
+                lw = kern.log_profile(
+                    _sq_dist_augmented(
+                        q_c, _augment_data(x_c, h_c, center), h_c, center
+                    )
+                )
+            p = torch.exp(
+                lw.detach() - shift[sl, None]
+            )  # normalized weights, 0 off support
+            if gv is not None:
+                gv += p.T @ g_mean[sl]
+            if not (need[0] or need[1] or need[3]) or not lw.requires_grad:
+                continue  # (a flat profile's weights do not move with the points)
+            coef = g_log[sl, None].expand_as(p)
+            if k:
+                coef = torch.addmm(coef - g_dot[sl, None], g_mean[sl], values.T)
+            wrt = [t for t, w in ((q_c, need[0]), (x_c, need[1]), (h_c, need[3])) if w]
+            got = iter(torch.autograd.grad(lw, wrt, p * coef, allow_unused=True))
+            for grad, w, acc in zip(
+                (gq, gx, gh), (need[0], need[1], need[3]), (0, 1, 1)
+            ):
+                if w and (got_one := next(got)) is not None:
+                    if acc:
+                        grad += got_one
+                    else:
+                        grad[sl] = got_one
+        return gq, gx, gv, gh, None, None, None
 
 
 def _graph_average(xq, x, values, h, kern: Kernel, center, budget):
