@@ -85,13 +85,14 @@ slow: $(STAMP) browser
 test: lint unit nbval book slow
 
 # The book as one PDF, _build/latex/localization-methods.pdf, also copied into the site (every
-# page has a download button for it). TeX Live from Debian's packages where xelatex, latexmk or
-# pdftotext is missing (root, as in CI; about 2.5 minutes), then Sphinx's LaTeX builder through
-# xelatex and latexmk. The chapters' outputs come from the execution cache that `make book` (or
-# `make nbval`) fills: after them no chapter runs again.
+# page has a download button for it). TeX Live from Debian's packages where xelatex, latexmk,
+# xindy (the index) or pdftotext is missing (root, as in CI; about 2.5 minutes; FreeFont for the
+# text, DejaVu for code), then Sphinx's LaTeX builder through xelatex and latexmk. The chapters'
+# outputs come from the execution cache that `make book` (or `make nbval`) fills: after them no
+# chapter runs again.
 PDF := _build/latex/localization-methods.pdf
 tex:
-	@{ command -v xelatex && command -v latexmk && command -v pdftotext; } >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q texlive-xetex texlive-latex-extra texlive-fonts-recommended texlive-fonts-extra latexmk fonts-freefont-otf poppler-utils; }
+	@{ command -v xelatex && command -v latexmk && command -v xindy && command -v pdftotext; } >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q texlive-xetex texlive-latex-extra texlive-fonts-recommended texlive-fonts-extra latexmk xindy fonts-freefont-otf fonts-dejavu-core poppler-utils; }
 
 pdf: $(STAMP) data tex
 	$(check_cache)

@@ -449,6 +449,142 @@ def draw_reading_map(app):
     chapter_frame.draw_reading_map(root, root / "book" / "_generated" / "reading_map")
 
 
+#: The book's PDF (``make pdf``): ``_build/latex/<PDF_NAME>``, copied into the site's root.
+PDF_NAME = "localization-methods.pdf"
+
+
+def latex_macros(macros: dict) -> str:
+    r"""LaTeX definitions of a MathJax ``tex.macros`` table, one line each.
+
+    ``{"R": "\\mathbb{R}"}`` gives ``\providecommand{\R}{}\renewcommand{\R}{\mathbb{R}}``
+    (so a name LaTeX already has, like ``\P``, is redefined as in MathJax); a value
+    ``[body, n]`` defines a macro of ``n`` arguments.
+    """
+    lines = []
+    for name, body in macros.items():
+        nargs = 0
+        if isinstance(body, (list, tuple)):
+            body, nargs = body[0], int(body[1])
+        args = f"[{nargs}]" if nargs else ""
+        lines.append(
+            f"\\providecommand{{\\{name}}}{{}}\\renewcommand{{\\{name}}}{args}{{{body}}}"
+        )
+    return "\n".join(lines)
+
+
+def add_pdf_button(app, pagename, templatename, context, doctree):
+    """A header button on every page that downloads the whole book as a PDF."""
+    buttons = context.get("header_buttons")
+    if buttons is None:
+        return
+    buttons.append(
+        {
+            "type": "link",
+            "url": context["pathto"](PDF_NAME, 1),
+            "text": "PDF",
+            "tooltip": "Download the whole book (PDF)",
+            "icon": "fas fa-file-pdf",
+            "label": "download-book-pdf-button",
+        }
+    )
+
+
+UNICODE_MATH_ACTIVE = ("<super>", "<sub>", "<fraction>")
+
+
+def book_characters(root: Path) -> list:
+    """The characters beyond Latin-1 that the chapters and the package may print, sorted.
+
+    Read from the chapters' cells (``book/*.ipynb``), the book's pages (``book/*.md``) and the
+    package's sources (``localbook/**/*.py``, which print messages and self-check results);
+    control, format, combining and private-use characters, general punctuation (dashes, quotes,
+    which every font of the PDF has, primes included) and the characters that ``unicode-math``
+    (which the PDF loads) makes active itself are left out: super- and subscripts, vulgar
+    fractions and the roots ``√∛∜``.
+    """
+    import unicodedata
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted(root.glob("book/*.md"))]
+    texts += [
+        p.read_text(encoding="utf-8") for p in sorted(root.glob("localbook/**/*.py"))
+    ]
+    for path in sorted(root.glob("book/*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8")).get("cells", []):
+            src = cell.get("source", "")
+            texts.append("".join(src) if isinstance(src, list) else src)
+    chars = {c for text in texts for c in text if ord(c) > 0xFF}
+    return sorted(
+        c
+        for c in chars
+        if unicodedata.category(c)[0] not in "CZ"
+        and unicodedata.category(c) not in ("Mn", "Me", "Mc")
+        and not 0x2000 <= ord(c) <= 0x206F
+        and not unicodedata.decomposition(c).startswith(UNICODE_MATH_ACTIVE)
+        and c not in "√∛∜"
+    )
+
+
+def latex_glyph_fallback(chars) -> str:
+    r"""LaTeX that prints each of ``chars`` from a font that has it (xelatex has no fallback).
+
+    At the end of ``\begin{document}`` (after ``unicode-math`` has set up its symbols) each
+    character becomes active: in text, the current font's glyph when it has one
+    (``\iffontchar``), else DejaVu Sans's, else FreeSerif's; in math, what it was before
+    (``unicode-math``'s meaning, such as ``\int`` for ``∫``, or the plain character); in PDF
+    bookmarks, the plain character. So the code font may lack ``ℓ`` or ``≫`` without a blank
+    in the PDF.
+    """
+    codes = "".join(
+        f"\\lbfallbackchar{{{ord(c)}}}" for c in chars
+    )  # decimal: \\lowercase
+    return "\n".join(
+        [
+            r"\newfontfamily\lbfallbackfont{DejaVu Sans}[Scale=MatchLowercase]",
+            r"\newfontfamily\lbfallbackfontb{FreeSerif}[Scale=MatchLowercase]",
+            r"\newcommand\lbglyphtext[1]{\iffontchar\font#1 \char#1 \else{\lbfallbackfont"
+            r"\iffontchar\font#1 \char#1 \else\lbfallbackfontb\char#1 \fi}\fi}",
+            r"\newcommand\lbpdfchars{}",
+            r"\makeatletter",
+            r"\newcommand\lbfallbackchar[1]{\begingroup\lccode`\~=#1 \lowercase{\endgroup",
+            r"  \ifdefined~\global\expandafter\let\csname lbmath#1\endcsname~%",
+            r"  \else\expandafter\xdef\csname lbmath#1\endcsname{\Uchar#1 }\fi",
+            r"  \protected\gdef~{\ifmmode\expandafter\@firstoftwo\else"
+            r"\expandafter\@secondoftwo\fi{\csname lbmath#1\endcsname}{\lbglyphtext{#1}}}%",
+            r"  \xdef\lbpdfchars{\unexpanded\expandafter{\lbpdfchars}"
+            r"\def\noexpand~{\Uchar#1 }}}\global\catcode#1=13 }",
+            r"\makeatother",
+            r"\AddToHook{begindocument/end}{" + codes,
+            r"  \pdfstringdefDisableCommands{\lbpdfchars}}",
+        ]
+    )
+
+
+def configure_pdf(app, config):
+    """One macro table for both outputs, and the PDF on the website.
+
+    The LaTeX preamble gets the MathJax macros of ``_config.yml`` (``mathjax3_config``), so
+    the PDF typesets the same ``\\R``, ``\\argmin``, ... as the site, and a glyph fallback for
+    the characters the book uses (``latex_glyph_fallback``). The HTML pages get a
+    download button for the book's PDF; when ``make pdf`` has built it, the HTML build also
+    copies it into the site (``html_extra_path``), and ``make pdf`` copies it there itself.
+    """
+    macros = (config.mathjax3_config or {}).get("tex", {}).get("macros", {})
+    elements = dict(config.latex_elements or {})
+    elements["preamble"] = (
+        elements.get("preamble", "")
+        + "\n% the MathJax macros of _config.yml (mathjax3_config.tex.macros)\n"
+        + latex_macros(macros)
+        + "\n% glyphs the fonts lack come from another font\n"
+        + latex_glyph_fallback(book_characters(Path(app.srcdir)))
+        + "\n"
+    )
+    config.latex_elements = elements
+    pdf = Path(app.outdir).parent / "latex" / PDF_NAME
+    if pdf.is_file() and app.buildername in ("html", "dirhtml"):
+        config.html_extra_path = list(config.html_extra_path) + [str(pdf)]
+    app.connect("html-page-context", add_pdf_button, priority=502)
+
+
 def setup(app):
     app.connect("config-inited", use_local_web_assets)
     app.connect("builder-inited", draw_reading_map)
@@ -458,4 +594,5 @@ def setup(app):
     app.add_directive("localbook-api", LocalbookAPI)
     app.add_directive("localbook-exercises", LocalbookExercises)
     app.connect("autodoc-process-docstring", add_used_in)
+    app.connect("config-inited", configure_pdf)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
