@@ -353,6 +353,58 @@ def _resolve_weights(weights, alpha=None) -> Callable:
     return lambda s: fn(s, dim=-1)
 
 
+class _RecomputedAttention(torch.autograd.Function):
+    """Chunked attention whose backward recomputes each chunk of query rows.
+
+    ``chunk(q_rows, rows_slice) -> (out_rows, weights)`` is the local mean of one chunk. The
+    forward runs it without a graph; the backward rebuilds one chunk's small graph at a time
+    and pulls the output gradient back through it, so memory holds one ``(rows, T_k)`` chunk,
+    not the whole weight matrix. For second derivatives (``create_graph=True``) the backward
+    builds the graph of every chunk, as plain autograd would.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, chunk, rows, *extras):
+        out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+        for sl in iter_chunks(q.shape[-2], rows):
+            out[..., sl, :] = chunk(q[..., sl, :], sl)[0]
+        ctx.chunk, ctx.rows = chunk, rows
+        ctx.save_for_backward(q, k, v, *extras)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, *extras = ctx.saved_tensors
+        need = ctx.needs_input_grad[:3] + ctx.needs_input_grad[5:]
+        create = torch.is_grad_enabled()
+        total = [None] * len(need)
+        for sl in iter_chunks(q.shape[-2], ctx.rows):
+            with torch.enable_grad():
+                q_c, k_c, v_c = (
+                    t if create else t.detach().requires_grad_(w)
+                    for t, w in zip((q, k, v), need)
+                )
+                o = ctx.chunk(q_c[..., sl, :], sl, k_c, v_c)[0]
+            inputs = [q_c, k_c, v_c, *extras]
+            wrt = [t for t, w in zip(inputs, need) if w]
+            got = iter(
+                torch.autograd.grad(
+                    o, wrt, grad_out[..., sl, :], create_graph=create, allow_unused=True
+                )
+            )
+            for i, w in enumerate(need):
+                g = next(got) if w else None
+                if g is None:
+                    continue
+                if total[i] is None:
+                    total[i] = g
+                elif create:
+                    total[i] = total[i] + g  # out of place: stays differentiable
+                else:
+                    total[i] += g
+        return (*total[:3], None, None, *total[3:])
+
+
 def _attend(
     q,
     k,
@@ -420,15 +472,15 @@ def _attend(
         * (2 if nontrivial else 1)
     )
     rows = chunk_rows(Tq, Tk, width, q.element_size(), budget, q.device)
-    outs, ws = [], []
+    ws = []
     # without autograd, write into one output: small per-chunk outputs kept alive between the
     # chunks' score buffers fragment the C heap, and the freed buffers are then not reused
     # (measured: peak memory T×T×4 bytes in some runs instead of a few chunks)
-    out = None
-    if not torch.is_grad_enabled():
-        out = torch.empty(*batch, Tq, v.shape[-1], dtype=q.dtype, device=q.device)
-    for sl in iter_chunks(Tq, rows):
-        s = (q[..., sl, :] @ k.transpose(-1, -2)) * c
+    # (under autograd too: the chunks are copied into it, which autograd records)
+    out = torch.empty(*batch, Tq, v.shape[-1], dtype=q.dtype, device=q.device)
+
+    def chunk(q_sl, sl, k=k, v=v):
+        s = (q_sl @ k.transpose(-1, -2)) * c
         lk = _chunk_log(tl, sl, Tk, q)
         if lk is not None:
             s = s + lk
@@ -438,19 +490,32 @@ def _attend(
                 f"weights callable must return a tensor of the score shape {tuple(s.shape)}, got "
                 f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}"
             )
-        if out is None:
-            outs.append(w @ v)
-        else:
-            out[..., sl, :] = w @ v
+        return w @ v, w
+
+    # under autograd each chunk is recomputed in the backward pass (_RecomputedAttention): the
+    # graph keeps q, k, v and the output, never the Tq × Tk weights
+    # (built-in weights only: a user's callable may hold parameters this node cannot see)
+    if (
+        torch.is_grad_enabled()
+        and not return_weights
+        and isinstance(weights, str)
+        and any(t.requires_grad for t in (q, k, v))
+    ):
+        extras = [
+            t
+            for t in (alpha, tl, getattr(tl, "decay", None))
+            if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
+        out = _RecomputedAttention.apply(q, k, v, chunk, rows, *extras)
+        if empty is not None:
+            out = out.masked_fill(empty.expand(*out.shape[:-1])[..., None], math.nan)
+        return out
+    for sl in iter_chunks(Tq, rows):
+        o, w = chunk(q[..., sl, :], sl)
+        out[..., sl, :] = o
         if return_weights:
             ws.append(w)
-        del (
-            s,
-            w,
-            lk,
-        )  # free this chunk's buffers before the next chunk allocates its own
-    if out is None:
-        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+        del o, w  # free this chunk's buffers before the next chunk allocates its own
     if empty is not None:
         out = out.masked_fill(empty.expand(*out.shape[:-1])[..., None], math.nan)
     if return_weights:
