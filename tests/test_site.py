@@ -4,7 +4,9 @@ Playwright (its Python package only, never a downloaded browser), on ``_build/ht
 leaving 127.0.0.1 (so nothing depends on a CDN), every <img> loaded, math typeset by MathJax
 (``mjx-container`` for every math node, no raw ``$$``, no TeX errors), on notebook pages
 well-formed Colab and Binder launch links; the search page finds a word. Each chapter's first
-screen is saved under ``_build/screenshots/``.
+screen is saved under ``_build/screenshots/``. On every chapter page at 1280 and 1600 px, no
+code block (``div.highlight pre``: code cells, their outputs, code in the prose) is wider than
+its box, so none scrolls sideways (the code column of ``_static/localbook.css``).
 
 Run after ``make book`` (``make test`` does); ``LOCALBOOK_SITE`` may point at another build.
 """
@@ -232,3 +234,69 @@ def test_search_page_finds_a_word(server, page):
     assert not [
         p for p in page.problems if "console error" in p or "page error" in p
     ], page.problems
+
+
+CODE_WIDTH_JS = """
+async () => {
+  await document.fonts.ready;
+  // lay out what is folded too: hidden inputs (<details>) and solution dropdowns (togglebutton)
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.toggle-hidden').forEach(n => n.classList.remove('toggle-hidden'));
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const article = document.querySelector('article') || document.body;
+  return Array.from(article.querySelectorAll('div.highlight pre'))
+    .filter(p => p.clientWidth > 0)
+    .map(p => ({
+      over: p.scrollWidth - p.clientWidth,
+      box: p.clientWidth,
+      longest: Math.max(...p.textContent.split('\\n').map(l => l.length)),
+      kind: p.closest('.cell_output, .output') ? 'output' : 'code',
+      fontPx: parseFloat(getComputedStyle(p).fontSize),
+      first: p.textContent.trim().split('\\n')[0].slice(0, 60),
+    }));
+}
+"""
+
+CHAPTERS = [(d, e) for d, e in PAGES if e == ".ipynb"]
+
+
+WIDTHS = [1280, 1600]  # a common laptop window, and a wide one
+
+
+@pytest.mark.parametrize("doc,ext", CHAPTERS, ids=[d for d, _ in CHAPTERS])
+def test_code_fits_its_column(doc, ext, server, browser):
+    """No code block scrolls sideways: code lines are <= 88 characters (a test of the
+    notebooks checks that), and the code column holds 88 characters at these widths."""
+    ctx = browser.new_context(viewport={"width": WIDTHS[0], "height": 900})
+    problems = []
+    try:
+        pg = ctx.new_page()
+        pg.route(
+            "**/*",
+            lambda r: (
+                r.continue_()
+                if urlparse(r.request.url).hostname in ("127.0.0.1", None)
+                else r.abort()
+            ),
+        )
+        pg.goto(f"{server}/{doc}.html", wait_until="load")
+        for width in WIDTHS:
+            pg.set_viewport_size({"width": width, "height": 900})
+            blocks = pg.evaluate(CODE_WIDTH_JS)
+            assert blocks, f"{doc}: no code blocks measured"
+            wide = sorted(
+                (b for b in blocks if b["over"] > 0), key=lambda b: -b["over"]
+            )
+            if wide:
+                problems.append(
+                    f"at {width} px {len(wide)} of {len(blocks)} code blocks scroll "
+                    f"sideways, the worst by {wide[0]['over']} px: "
+                    + "; ".join(
+                        f"{b['kind']} {b['longest']} chars in {b['box']} px at "
+                        f"{b['fontPx']} px: {b['first']!r}"
+                        for b in wide[:3]
+                    )
+                )
+    finally:
+        ctx.close()
+    assert not problems, f"{doc}: " + "\n".join(problems)
