@@ -116,7 +116,7 @@ assignments: $(STAMP)
 # (`make book pdf`) and pushes _build/html to the gh-pages branch of REMOTE with ghp-import (a
 # commit on the local gh-pages branch, then a forced push; .nojekyll so that Pages serves
 # _static/ and _images/ as they are). `make publish-built` pushes an existing build without
-# rebuilding. Either refuses a site whose index links a PDF it lacks. Override REMOTE (a
+# rebuilding. Either refuses a site whose pages link a PDF it lacks. Override REMOTE (a
 # remote's name or any git URL or path), BRANCH and SITE: `make publish REMOTE=upstream`.
 REMOTE ?= origin
 BRANCH ?= gh-pages
@@ -124,8 +124,9 @@ SITE   ?= _build/html
 .PHONY: publish publish-built
 define push_site
 	@test -f $(SITE)/index.html || { echo "no website at $(SITE): run make book first"; exit 1; }
-	@for f in $$(grep -o 'href="[^"#?:]*\.pdf"' $(SITE)/index.html | sed 's/^href="//; s/"$$//' | sort -u); do \
-	  test -f "$(SITE)/$$f" || { echo "$(SITE)/index.html links $$f, which is missing: run make pdf"; exit 1; }; \
+	@grep -ro --include='*.html' 'href="[^"#?:]*\.pdf"' $(SITE) | sort -u | while IFS= read -r hit; do \
+	  page=$${hit%%:href=*}; f=$${hit#*:href=\"}; f=$${f%\"}; \
+	  test -f "$$(dirname "$$page")/$$f" || { echo "$$page links $$f, which is missing: run make pdf"; exit 1; }; \
 	done
 	$(VENV)/bin/ghp-import --no-jekyll --push --force --remote $(REMOTE) --branch $(BRANCH) \
 	  --message "Publish the website built from $$(git rev-parse --short HEAD 2>/dev/null)" $(SITE)

@@ -207,13 +207,38 @@ def test_publish_builds_the_real_site_first():
     assert "_build/html" in r.stdout.split("ghp-import", 1)[1]
 
 
+def missing_pdfs(site):
+    """``(page, link)`` for every PDF a page of ``site`` links that is not in ``site``."""
+    out = []
+    for page in site.rglob("*.html"):
+        rel = page.relative_to(site).as_posix()
+        for pdf in local_pdf_links(
+            page.read_text(encoding="utf-8", errors="replace"), rel
+        ):
+            if not (site / pdf).is_file():
+                out.append((rel, pdf))
+    return out
+
+
 @pytest.mark.slow
 def test_publish_the_real_build(repos):
-    """The site `make book` built, published as `make publish` does (run after `make book`)."""
+    """The site `make book` built, published as `make publish` does (run after `make book`).
+
+    Every page links the book's PDF, which `make pdf` adds to the site; `make test` runs before
+    `make pdf` (`.ci/run`), so without the PDF this checks that publishing is refused and skips
+    the rest: run it again after `make pdf` for the whole check."""
     if not (BUILT / "index.html").exists():
         pytest.fail(f"no built site at {BUILT}: run `make book` first")
     work, bare = repos
     r = make("publish-built", work, SITE=BUILT, REMOTE=bare)
+    missing = missing_pdfs(BUILT)
+    if missing:
+        assert r.returncode != 0 and "make pdf" in r.stdout + r.stderr, r.stdout
+        assert git("--git-dir", str(bare), "branch", "--list").stdout.strip() == ""
+        pytest.skip(
+            f"{missing[0][0]} links {missing[0][1]}, not built yet: publishing is refused "
+            "(as it should be); run `make pdf`, then this test, for the whole check"
+        )
     assert r.returncode == 0, r.stdout + r.stderr
     check_published(bare, BUILT)
 
