@@ -1,5 +1,7 @@
-"""Chapter 12's imputation protocol at the seed's scale: every Fashion-MNIST training image
-(60,000) as a reference image, a few thousand test images to impute, pixels missing
+"""Part of chapter 12's imputation protocol, at the scale of the full training set.
+
+Every Fashion-MNIST training image (60,000) as a reference image (the seed summaries describe
+no protocol; this one is the book's), a few thousand test images to impute, pixels missing
 completely at random (50 %) and one 12 x 12 block per image, several seeds of the masks;
 the two-layer local-mean imputer (``lb.LocalMeanImputer``, its parameters tuned by hold-out
 on the references), scikit-learn's ``KNNImputer`` (its k tuned by the same hold-out) and
