@@ -563,17 +563,25 @@ class _LocalAverage(torch.autograd.Function):
         gq, gx, gv, gh = (
             torch.zeros_like(t) if w else None for t, w in zip((xq, x, values, h), need)
         )
-        rows = chunk_rows(m, n, 2, x.element_size(), budget, x.device)
+        rows = chunk_rows(m, n, 3, x.element_size(), budget, x.device)
+        # centred, scaled coordinates: u²[a, i] = |a_a − b_i|² with a = (q − c)/h, b = (x − c)/h
+        a_all = (xq.detach() - center) / h.detach()
+        b = (x.detach() - center) / h.detach()
+        bb = torch.cat(
+            [-2.0 * b, torch.ones_like(b[:, :1]), (b * b).sum(1, keepdim=True)], 1
+        )
+        ga, gb = torch.zeros_like(a_all), torch.zeros_like(b)
+        gh_a = (
+            torch.zeros_like(a_all) if need[3] else None
+        )  # Σ_i B_ai (a_a − b_i) per row
         for sl in iter_chunks(m, rows):
+            a = a_all[sl]
+            aa = torch.cat(
+                [a, (a * a).sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1
+            )
             with torch.enable_grad():
-                q_c = xq[sl].detach().requires_grad_(need[0])
-                x_c = x.detach().requires_grad_(need[1])
-                h_c = h.detach().requires_grad_(need[3])
-                lw = kern.log_profile(
-                    _sq_dist_augmented(
-                        q_c, _augment_data(x_c, h_c, center), h_c, center
-                    )
-                )
+                u2 = (aa @ bb.T).clamp_(min=0.0).requires_grad_()
+                lw = kern.log_profile(u2)  # elementwise: its own backward is cheap
             p = torch.exp(
                 lw.detach() - shift[sl, None]
             )  # normalized weights, 0 off support
@@ -584,16 +592,23 @@ class _LocalAverage(torch.autograd.Function):
             coef = g_log[sl, None].expand_as(p)
             if k:
                 coef = torch.addmm(coef - g_dot[sl, None], g_mean[sl], values.T)
-            wrt = [t for t, w in ((q_c, need[0]), (x_c, need[1]), (h_c, need[3])) if w]
-            got = iter(torch.autograd.grad(lw, wrt, p * coef, allow_unused=True))
-            for grad, w, acc in zip(
-                (gq, gx, gh), (need[0], need[1], need[3]), (0, 1, 1)
-            ):
-                if w and (got_one := next(got)) is not None:
-                    if acc:
-                        grad += got_one
-                    else:
-                        grad[sl] = got_one
+            # B = ∂L/∂u², then ∂u²[a, i]/∂a_a = 2(a_a − b_i) = −∂u²[a, i]/∂b_i
+            (B,) = torch.autograd.grad(lw, u2, p * coef)
+            B = (
+                torch.nan_to_num(B, nan=0.0) if kern.compact else B
+            )  # 0·∞ off the support
+            row = 2.0 * (a * B.sum(1, keepdim=True) - B @ b)  # Σ_i 2 B_ai (a_a − b_i)
+            ga[sl] = row
+            gb -= 2.0 * (B.T @ a - b * B.sum(0)[:, None])
+            if gh_a is not None:
+                gh_a[sl] = row
+        hd = h.detach()
+        if need[0]:
+            gq = ga / hd
+        if need[1]:
+            gx = gb / hd
+        if need[3]:  # a = (q − c)/h, b = (x − c)/h: ∂/∂h_d = −(a_d ∂a_d + b_d ∂b_d)/h_d
+            gh = -((gh_a * a_all).sum(0) + (gb * b).sum(0)) / hd
         return gq, gx, gv, gh, None, None, None
 
 
