@@ -185,6 +185,84 @@ def git(*a):
     return done.stdout.strip()
 
 
+def provenance(
+    argv,
+    args,
+    cfg,
+    commit,
+    commit_at_end,
+    changed,
+    start,
+    end,
+    cpu_minutes,
+    trials_done,
+):
+    """The run's provenance, written beside the curves: command, commits at the start and
+    the end, the library files with uncommitted changes at the start, dates (``start`` and
+    ``end`` are Unix times), wall-clock and CPU minutes, machine, protocol, the paper's
+    protocol as the seed states it, and every way the run differs from it."""
+    prov = {
+        "command": " ".join(["python reproductions/memorization.py", *argv]).strip(),
+        "commit": commit,
+        "commit_at_end": commit_at_end,
+        "library_changed_since_commit": bool(changed),
+        "library_files_changed": changed,
+        "date_start": dt.datetime.fromtimestamp(start, dt.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        ),
+        "date": dt.datetime.fromtimestamp(end, dt.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        ),
+        "minutes": round((end - start) / 60, 1),
+        "cpu_minutes": round(cpu_minutes, 1),
+        "machine": f"{platform.machine()}, {args.threads} torch threads (shared CPU)",
+        "torch": torch.__version__,
+        "precision": f"data, weights, features {args.dtype}; kernels accumulated and "
+        "solved in float64",
+        "trials_done": trials_done,
+        "protocol": {
+            **cfg,
+            "data": "z = [x, y], x and y uniform on spheres of radius sqrt(d_x), "
+            "sqrt(d_y), d_y = round(alpha d); g = sign(sum(x))",
+            "labels": "g = sign(u^T x), u = 1/sqrt(d_x)",
+            "counterparts": "resample: [x~, y] with x~ a fresh draw of the core; "
+            "zero: [0, y]; same fit",
+            "models": "RF (k_rf neurons) and NTK (k_ntk neurons)",
+            "activations": "RF h1+h2, h1+h4; NTK sigma' = h0+h1, h0+h3",
+            "measured": "test accuracy on n_test fresh samples; spurious accuracy: "
+            "sign f(z_i^s) against g_i on the N training samples",
+            "fit": "min-norm interpolation of the +-1 labels (kernel form, theta0 = 0)",
+            "weights": "W_ij ~ N(0, 1/d); RF and NTK weights drawn separately, shared "
+            "by the two activations of a pair (paired comparisons)",
+            "ntk_activation": "named by sigma' (the spec is sigma' itself)",
+        },
+        "paper": PAPER,
+        "differs_from_paper": [] if not args.small else ["reduced size (--small)"],
+    }
+    if not args.small:
+        prov["differs_from_paper"] = [
+            f"N grid {cfg['n_grid']} (the paper varies N 'e.g. from 10^1 to 10^4'; "
+            f"ours stops at N/d = {max(cfg['n_grid']) / cfg['d']:g}) and the test-set "
+            f"size {cfg['n_test']} (not given) are our choices",
+            "core and spurious parts uniform on spheres (the theorems' norms), not the "
+            "caption's Gaussian data",
+            f"NTK width k = {cfg['k_ntk']} (k = O(d), as the NTK theorem assumes; not "
+            "given) and NTK on synthetic data at every alpha (the seed: NTK in "
+            "Figures 3 and 7)",
+            "float32 features (float64 kernel accumulation and solves)",
+        ]
+        fig2 = PAPER["figure_2_synthetic"]
+        if cfg["alphas"] != fig2["alphas"]:
+            prov["differs_from_paper"].append(
+                f"alpha {cfg['alphas']} only (the paper: {fig2['alphas']})"
+            )
+        if trials_done != fig2["trials"]:
+            prov["differs_from_paper"].append(
+                f"{trials_done} trials (the paper: {fig2['trials']})"
+            )
+    return prov
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -252,64 +330,20 @@ def main(argv=None):
             out / "memorization_curves.csv", index=False, float_format="%.6g"
         )
 
-    provenance = {
-        "command": " ".join(["python reproductions/memorization.py", *argv]).strip(),
-        "commit": commit,
-        "commit_at_end": git("rev-parse", "--short", "HEAD"),
-        "library_changed_since_commit": bool(changed),
-        "library_files_changed": changed,
-        "date_start": dt.datetime.fromtimestamp(start, dt.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M UTC"
-        ),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "minutes": round((time.time() - start) / 60, 1),
-        "cpu_minutes": round((time.process_time() - cpu0) / 60, 1),
-        "machine": f"{platform.machine()}, {args.threads} torch threads (shared CPU)",
-        "torch": torch.__version__,
-        "precision": f"data, weights, features {args.dtype}; kernels accumulated and "
-        "solved in float64",
-        "trials_done": trials_done,
-        "protocol": {
-            **cfg,
-            "data": "z = [x, y], x and y uniform on spheres of radius sqrt(d_x), "
-            "sqrt(d_y), d_y = round(alpha d); g = sign(sum(x))",
-            "labels": "g = sign(u^T x), u = 1/sqrt(d_x)",
-            "counterparts": "resample: [x~, y] with x~ a fresh draw of the core; "
-            "zero: [0, y]; same fit",
-            "models": "RF (k_rf neurons) and NTK (k_ntk neurons)",
-            "activations": "RF h1+h2, h1+h4; NTK sigma' = h0+h1, h0+h3",
-            "measured": "test accuracy on n_test fresh samples; spurious accuracy: "
-            "sign f(z_i^s) against g_i on the N training samples",
-            "fit": "min-norm interpolation of the +-1 labels (kernel form, theta0 = 0)",
-            "weights": "W_ij ~ N(0, 1/d); RF and NTK weights drawn separately, shared "
-            "by the two activations of a pair (paired comparisons)",
-            "ntk_activation": "named by sigma' (the spec is sigma' itself)",
-        },
-        "paper": PAPER,
-        "differs_from_paper": [] if not args.small else ["reduced size (--small)"],
-    }
-    if not args.small:
-        provenance["differs_from_paper"] = [
-            f"N grid {cfg['n_grid']} (the paper varies N 'e.g. from 10^1 to 10^4'; "
-            f"ours stops at N/d = {max(cfg['n_grid']) / cfg['d']:g}) and the test-set "
-            f"size {cfg['n_test']} (not given) are our choices",
-            "core and spurious parts uniform on spheres (the theorems' norms), not the "
-            "caption's Gaussian data",
-            f"NTK width k = {cfg['k_ntk']} (k = O(d), as the NTK theorem assumes; not "
-            "given) and NTK on synthetic data at every alpha (the seed: NTK in "
-            "Figures 3 and 7)",
-            "float32 features (float64 kernel accumulation and solves)",
-        ]
-        if cfg["alphas"] != PAPER["alphas"]:
-            provenance["differs_from_paper"].append(
-                f"alpha {cfg['alphas']} only (the paper: {PAPER['alphas']})"
-            )
-        if trials_done != PAPER["trials"]:
-            provenance["differs_from_paper"].append(
-                f"{trials_done} trials (the paper: {PAPER['trials']})"
-            )
+    prov = provenance(
+        argv,
+        args,
+        cfg,
+        commit,
+        git("rev-parse", "--short", "HEAD"),
+        changed,
+        start,
+        time.time(),
+        (time.process_time() - cpu0) / 60,
+        trials_done,
+    )
     (out / "memorization_reproduction.json").write_text(
-        json.dumps(provenance, indent=1, ensure_ascii=False) + "\n"
+        json.dumps(prov, indent=1, ensure_ascii=False) + "\n"
     )
     df = pd.DataFrame(rows)
     print(
