@@ -47,3 +47,9 @@ def test_reading_map_is_drawn_from_the_builds_on_lines(tmp_path):
         assert {a for a, b in edges if b == stem} == {Path(d).name for d in deps}
     svg = (tmp_path / "map.svg").read_text()
     assert svg.count("<svg") == 1 and (tmp_path / "map.png").stat().st_size > 1000
+
+
+def test_transitive_reduction_drops_only_implied_edges():
+    edges = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("a", "d"), ("e", "d")]
+    kept = chapter_frame.transitive_reduction(edges)
+    assert sorted(kept) == [("a", "b"), ("b", "c"), ("c", "d"), ("e", "d")]
