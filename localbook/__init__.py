@@ -85,4 +85,25 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
+def _all_names():
+    """The public API, read from the import lines of this file: every ``from .m import *``
+    module's ``__all__``, the names imported one by one (``from .m import a, b``), the
+    namespaces (``from . import m``), and the lazy names and modules."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).read_text(encoding="utf-8")
+    names = set(_LAZY) | {"estimators", "impute"}
+    for module, imported in re.findall(r"^from \.(\w*) import ([\w, *]+)", src, flags=re.M):
+        if imported.strip() == "*":
+            names |= set(importlib.import_module(f".{module}", __name__).__all__)
+        else:
+            names |= {n.strip() for n in imported.split(",") if n.strip()}
+    return sorted(n for n in names if not n.startswith("_"))
+
+
+__all__ = _all_names()
+
+
 __version__ = "0.1.0"

@@ -8,10 +8,11 @@ mistake raises a ``TypeError``/``ValueError`` that names the argument.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +34,69 @@ def default_device() -> torch.device:
 
 def _float_dtype(t: torch.Tensor) -> torch.dtype:
     return t.dtype if t.is_floating_point() else torch.get_default_dtype()
+
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype to compute in: float32 for half precision (no solvers, eigen- or
+    factorizations, and too little range for the moments), else ``dtype`` itself."""
+    return torch.float32 if dtype in HALF else dtype
+
+
+def float_dtype_of(value) -> Optional[torch.dtype]:
+    """The floating dtype a strongly typed array brings to type promotion: that of a floating
+    tensor or numpy array; ``None`` for integer and bool arrays, Python lists and numbers,
+    which adopt their partners' dtype (as Python numbers do in PyTorch)."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype if value.is_floating_point() else None
+    return _NUMPY_FLOATS.get(value.dtype) if isinstance(value, np.ndarray) else None
+
+
+_NUMPY_FLOATS = {np.dtype(f"float{b}"): getattr(torch, f"float{b}") for b in (16, 32, 64)}
+
+
+def promoted_dtype(*values) -> Optional[torch.dtype]:
+    """PyTorch's type promotion (``torch.promote_types``) over the floating arrays among
+    ``values``; ``None`` when there is none (integer-only inputs keep the default rule)."""
+    dtypes = [d for d in map(float_dtype_of, values) if d is not None]
+    return functools.reduce(torch.promote_types, dtypes) if dtypes else None
+
+
+def _promote(value, dtype: torch.dtype):
+    """``value`` in the floating ``dtype`` when it is a real numeric array; otherwise as is
+    (strings, objects and complex values are left for :func:`as_tensor` to refuse)."""
+    if isinstance(value, torch.Tensor):
+        ok = not value.is_complex() and value.dtype != dtype
+        return value.to(dtype) if ok else value
+    if isinstance(value, (list, tuple, np.ndarray)):
+        try:
+            arr = np.asarray(value)
+        except Exception:  # ragged: as_tensor names the argument
+            return value
+        if arr.dtype.kind in "biuf" and arr.size and arr.dtype != object:
+            if isinstance(value, np.ndarray) and float_dtype_of(value) == dtype:
+                return value
+            return torch.as_tensor(arr).to(dtype)
+    return value
+
+
+def promote_floats(*values):
+    """The float array arguments of a public function in one dtype: PyTorch's promotion of
+    theirs (:func:`promoted_dtype`). Returns ``values``, converted.
+
+    A float32 and a float64 argument both become float64, whichever comes first; integer,
+    bool and list arguments take the floating partners' dtype instead of the default dtype
+    (so an ``int`` tensor or a Python list never downcasts a float64 partner). Without a
+    floating array among them nothing changes (:func:`as_tensor` turns integers into the
+    default dtype). ``None`` (an absent optional argument) passes through. Call it first,
+    ``x_query, x, y = promote_floats(x_query, x, y)``, then validate as usual.
+    """
+    dtype = promoted_dtype(*values)
+    if dtype is None:
+        return values
+    return tuple(None if v is None else _promote(v, dtype) for v in values)
 
 
 def as_tensor(
@@ -148,22 +212,28 @@ def check_points(
     return t
 
 
-def check_query(x_query, x: torch.Tensor, name: str = "x_query") -> torch.Tensor:
-    """Query points matching the dimension of the data ``x`` (``(m, d)``)."""
+def check_query(
+    x_query, x: torch.Tensor, name: str = "x_query", data_name: str = "x"
+) -> torch.Tensor:
+    """Query points matching the dimension of the data ``x`` (``(m, d)``); ``data_name`` is
+    the data's argument name in the message."""
     q = check_points(x_query, name, like=x)
     if q.shape[1] != x.shape[1]:
         raise ValueError(
-            f"{name} has {q.shape[1]} feature(s) per point but x has {x.shape[1]}"
+            f"{name} has {q.shape[1]} feature(s) per point but {data_name} has "
+            f"{x.shape[1]}; they must match"
         )
     return q
 
 
-def check_targets(y, n: int, *, like: torch.Tensor, name: str = "y"):
+def check_targets(
+    y, n: int, *, like: torch.Tensor, name: str = "y", data_name: str = "x"
+):
     """Targets as ``(n, k)``; returns ``(y2d, squeeze)`` where ``squeeze`` says ``y`` was 1-D."""
     t = as_tensor(y, name, like=like, ndim=(1, 2))
     if t.shape[0] != n:
         raise ValueError(
-            f"{name} has {t.shape[0]} rows but x has {n} points; they must match"
+            f"{name} has {t.shape[0]} rows but {data_name} has {n} points; they must match"
         )
     if t.ndim == 1:
         return t[:, None], True
@@ -319,6 +389,123 @@ def check_index(i, n: int, name: str = "i") -> int:
     return i % n
 
 
+def check_indices(
+    value,
+    name: str,
+    n: Optional[int] = None,
+    *,
+    device=None,
+    ndim: Optional[Sequence[int]] = None,
+    allow_empty: bool = True,
+    what: str = "indices",
+) -> torch.Tensor:
+    """Integer indices (class ids, token ids, triplets, groups) as a long tensor on ``device``.
+
+    Any integer dtype is accepted (int64/32/16/8, uint8) and cast to long after the checks;
+    floats (even whole ones), bools, complex values and strings raise a ``TypeError``. With
+    ``n``, every index must lie in ``[0, n)`` (a ``ValueError`` says which values do not).
+    """
+    if isinstance(value, torch.Tensor):
+        t = value
+    else:
+        if isinstance(value, (str, bytes)) or value is None:
+            raise TypeError(
+                f"{name} must be an array of integer {what}, got {type(value).__name__}"
+            )
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:
+            raise TypeError(f"{name} must be an array of integer {what}: {exc}") from None
+        if arr.size == 0 and arr.dtype.kind == "f":  # [] is float64 in numpy
+            arr = arr.astype(np.int64)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(
+                f"{name} must be an array of integer {what}, got dtype {arr.dtype}"
+            )
+        t = torch.as_tensor(arr)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must be an array of integer {what}, got dtype {t.dtype}")
+    if ndim is not None and t.ndim not in tuple(ndim):
+        raise ValueError(
+            f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape "
+            f"{tuple(t.shape)}"
+        )
+    if not allow_empty and t.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(t.shape)})")
+    t = t.to(device=device if device is not None else t.device, dtype=torch.long)
+    if n is not None and t.numel():
+        lo, hi = torch.aminmax(t)
+        if int(lo) < 0 or int(hi) >= n:
+            raise ValueError(
+                f"{name} holds {what} outside [0, {n - 1}] (from {int(lo)} to {int(hi)})"
+            )
+    return t
+
+
+def check_views(
+    views, name: str = "views", like: Optional[torch.Tensor] = None
+) -> List[torch.Tensor]:
+    """A non-empty list of ``(n, d_v)`` arrays describing the same ``n >= 2`` samples, in one
+    dtype: ``like``'s, or PyTorch's promotion of the views' (:func:`promoted_dtype`)."""
+    if isinstance(views, (torch.Tensor, np.ndarray, str)) or not isinstance(
+        views, (list, tuple)
+    ):
+        raise TypeError(
+            f"{name} must be a list of (n, d_v) arrays, one per view, got {type(views).__name__}"
+        )
+    if len(views) == 0:
+        raise ValueError(f"{name} is empty; at least one view is needed")
+    dtype = like.dtype if like is not None else promoted_dtype(*views)
+    out = []
+    for v, x in enumerate(views):
+        t = as_tensor(
+            x if dtype is None else _promote(x, dtype),
+            f"{name}[{v}]",
+            like=like if like is not None else (out[0] if out else None),
+            ndim=(2,),
+        )
+        if t.shape[1] == 0:
+            raise ValueError(f"{name}[{v}] has no feature (shape {tuple(t.shape)})")
+        if out and t.shape[0] != out[0].shape[0]:
+            raise ValueError(
+                f"{name}[{v}] has {t.shape[0]} rows but {name}[0] has {out[0].shape[0]}; "
+                "every view must describe the same samples"
+            )
+        out.append(t)
+    if out[0].shape[0] < 2:
+        raise ValueError(
+            f"{name} must hold at least 2 samples to build a graph, got {out[0].shape[0]}"
+        )
+    return out
+
+
+def check_alpha(alpha, name: str = "alpha"):
+    """The α of the entmax family and the Tsallis entropy: a finite float ``> 0`` (α = 1 is
+    softmax / Shannon), or a real tensor of them (kept as a tensor: it may be learnable or
+    hold one α per row; a one-element tensor without a gradient becomes a float)."""
+    if isinstance(alpha, torch.Tensor):
+        if alpha.is_complex() or alpha.dtype == torch.bool:
+            raise TypeError(f"{name} must be a real number or tensor, got dtype {alpha.dtype}")
+        if alpha.numel() == 1 and not alpha.requires_grad:
+            alpha = float(alpha)
+        else:
+            with torch.no_grad():
+                bad = bool((~torch.isfinite(alpha) | (alpha <= 0)).any())
+            if bad:
+                raise ValueError(f"{name} must be positive and finite (α > 0) everywhere")
+            return alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise TypeError(
+            f"{name} must be a real number or a tensor, got {type(alpha).__name__}"
+        )
+    alpha = float(alpha)
+    if not math.isfinite(alpha) or alpha <= 0:
+        raise ValueError(
+            f"{name} must be positive and finite (α > 0; α = 1 is softmax), got {alpha}"
+        )
+    return alpha
+
+
 def check_choice(value, name: str, choices: Sequence[str]) -> str:
     """One of a fixed set of strings."""
     if not isinstance(value, str):
@@ -330,7 +517,9 @@ def check_choice(value, name: str, choices: Sequence[str]) -> str:
     return value
 
 
-def check_labels(labels, n: int, *, device=None, name: str = "labels"):
+def check_labels(
+    labels, n: int, *, device=None, name: str = "labels", data_name: str = "x"
+):
     """Class labels for ``n`` points: returns ``(classes, codes)``.
 
     ``classes`` holds the sorted distinct labels (a tensor for numeric labels, a numpy array for
@@ -355,7 +544,8 @@ def check_labels(labels, n: int, *, device=None, name: str = "labels"):
         arr = np.asarray(labels)
     if arr.ndim != 1 or arr.shape[0] != n:
         raise ValueError(
-            f"{name} must have shape ({n},) to match the data, got {tuple(arr.shape)}"
+            f"{name} must have shape ({n},) to match the {n} points of {data_name}, got "
+            f"{tuple(arr.shape)}"
         )
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
