@@ -53,12 +53,11 @@ neighbourhoods itself), and it passes a zero gradient back. NaN and ``+inf`` ent
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._validate import check_positive_int, check_scores
+from ._validate import check_alpha, check_positive_int, check_scores
 from .entmax_alpha import entmax_alpha
 
 __all__ = ["sparsemax", "entmax15", "entmax_bisect"]
@@ -71,23 +70,6 @@ _K_MIN = 16
 # ----------------------------------------------------------------------------------------------
 # validation and layout
 # ----------------------------------------------------------------------------------------------
-def _check_alpha(alpha):
-    """A finite float α, or a tensor α (kept: it may be learnable or hold one α per row)."""
-    if isinstance(alpha, torch.Tensor):
-        if alpha.numel() == 1 and not alpha.requires_grad:
-            alpha = float(alpha)
-        else:
-            return alpha
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise TypeError(
-            f"alpha must be a real number or a tensor, got {type(alpha).__name__}"
-        )
-    alpha = float(alpha)
-    if not math.isfinite(alpha):
-        raise ValueError(f"alpha must be finite, got alpha={alpha}")
-    return alpha
-
-
 def _rows(x: torch.Tensor, dim: int) -> torch.Tensor:
     """``x`` with ``dim`` moved last, as a 2-D ``(rows, n)`` tensor."""
     return x.movedim(dim, -1).reshape(-1, x.shape[dim])
@@ -365,7 +347,7 @@ def entmax_bisect(z, alpha=1.5, dim: int = -1, n_iter: int = 50) -> torch.Tensor
 
     Shapes: as :func:`sparsemax`.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     n_iter = check_positive_int(n_iter, "n_iter")
     if isinstance(alpha, float) and alpha > 1:
         return _entmax(z, dim, alpha, n_iter)

@@ -277,3 +277,76 @@ def test_non_finite_alpha_rejected(alpha):
 def test_bad_inputs(call, exc, word):
     with pytest.raises(exc, match=word):
         call()
+
+
+# --- issue 27: validation of the Tsallis entropy, the losses' targets and alpha --------------
+def test_tsallis_entropy_rejects_what_is_not_a_probability_vector():
+    p = torch.softmax(torch.randn(4, 6, dtype=torch.float64), -1)
+    ref_h = lb.tsallis_entropy(p, 1.5)
+    n, eps = p.shape[1], torch.finfo(torch.float64).eps
+    # sums within 2·n·eps of 1 pass (rounding), beyond that they are refused, naming p
+    torch.testing.assert_close(lb.tsallis_entropy(p * (1 + 0.5 * n * eps), 1.5), ref_h)
+    with pytest.raises(ValueError, match=r"\bp\b must be probabilities.*differ from 1"):
+        lb.tsallis_entropy(p * (1 + 4 * n * eps), 1.5)
+    with pytest.raises(ValueError, match=r"\bp\b must be probabilities.*differ from 1"):
+        lb.tsallis_entropy(p * 2, 1.5)
+    q = p.clone()
+    q[0, :2] = torch.tensor([-0.1, q[0, 0] + q[0, 1] + 0.1])
+    with pytest.raises(ValueError, match=r"\bp\b must be probabilities: it has negative"):
+        lb.tsallis_entropy(q, 1.5)
+    # the tolerance scales with the dtype's eps: float32 rounding of p is accepted
+    assert torch.allclose(lb.tsallis_entropy(p.float(), 1.5).double(), ref_h, atol=1e-6)
+    for bad in (math.nan, 0.0, -1.0, math.inf):
+        with pytest.raises(ValueError, match=r"alpha must be positive and finite"):
+            lb.tsallis_entropy(p, bad)
+    with pytest.raises(ValueError, match=r"alpha must be positive and finite"):
+        lb.tsallis_entropy(p, torch.tensor([[1.5], [0.0], [2.0], [1.2]], dtype=p.dtype))
+    with pytest.raises(TypeError, match="alpha"):
+        lb.tsallis_entropy(p, "1.5")
+    with pytest.raises(ValueError, match=r"\bp\b contains 1 NaN"):
+        lb.tsallis_entropy(torch.tensor([0.5, math.nan]), 1.5)
+
+
+def test_tsallis_entropy_still_differentiates_in_alpha():
+    p = torch.softmax(torch.randn(3, 5, dtype=torch.float64), -1)
+    a = torch.full((3, 1), 1.5, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda a: lb.tsallis_entropy(p, a), (a,))
+
+
+@pytest.mark.parametrize(
+    "loss", [lb.sparsemax_loss, lb.entmax15_loss, lb.entmax_bisect_loss]
+)
+@pytest.mark.parametrize(
+    "dtype", [torch.int32, torch.int16, torch.int8, torch.uint8, np.int32, list]
+)
+def test_losses_accept_any_integer_targets(loss, dtype):
+    X = torch.randn(5, 4, dtype=torch.float64)
+    target = torch.tensor([0, 3, 1, 2, 3])
+    ref_loss = loss(X, target)
+    if dtype is list:
+        t = target.tolist()
+    elif isinstance(dtype, torch.dtype):
+        t = target.to(dtype)
+    else:
+        t = target.numpy().astype(dtype)
+    torch.testing.assert_close(loss(X, t), ref_loss, rtol=0, atol=0)
+    # the range is checked before the cast: uint8 255 or int8 -1 is not folded into range
+    with pytest.raises(ValueError, match=r"target holds class indices outside \[0, 3\]"):
+        loss(X, torch.tensor([0, 1, 2, 3, 255], dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"target holds class indices outside"):
+        loss(X, torch.tensor([0, 1, 2, 3, -1], dtype=torch.int8))
+    with pytest.raises(TypeError, match="target must be an array of integer"):
+        loss(X, target.double())
+    with pytest.raises(TypeError, match="target must be an array of integer"):
+        loss(X, target > 1)
+
+
+@pytest.mark.parametrize("alpha", [0.0, -1.0, -0.5])
+def test_entmax_bisect_refuses_non_positive_alpha(alpha):
+    z = torch.randn(3, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="alpha must be positive"):
+        entmax_bisect(z, alpha)
+    with pytest.raises(ValueError, match="alpha must be"):
+        entmax_bisect(z, torch.full((3, 1), alpha, dtype=z.dtype))
+    with pytest.raises(ValueError, match="alpha must be positive"):
+        lb.entmax_bisect_loss(z, torch.tensor([0, 1, 2]), alpha)
