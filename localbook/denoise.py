@@ -37,9 +37,10 @@ from ._validate import (
     check_positive_float,
     check_positive_int,
     check_query,
+    promote_floats,
 )
 from .chunks import chunk_rows, iter_chunks
-from .kernels import scaled_sq_dist
+from .kernels import _scaled_sq_dist
 from .local_sums import local_average
 from .notebook import progress_enabled
 
@@ -61,8 +62,9 @@ Denoiser = Callable[[torch.Tensor, float], torch.Tensor]
 
 # --- the empirical optimal denoiser ----------------------------------------------------------
 def _prepare(x_noisy, x_train, sigma, query_name="x_noisy"):
+    x_noisy, x_train = promote_floats(x_noisy, x_train)
     x = check_points(x_train, "x_train")
-    xq = check_query(x_noisy, x, query_name)
+    xq = check_query(x_noisy, x, query_name, "x_train")
     s = check_bandwidth(sigma, x.shape[1], like=x, name="sigma")
     return xq, x, s
 
@@ -123,15 +125,17 @@ def gaussian_mixture_denoise(x_noisy, means, stds, sigma, weights=None) -> torch
     ``sigma > 0`` a float, ``weights (c,)`` positive (normalized here; default equal).
     Returns ``(m, d)``.
     """
+    x_noisy, means, stds, weights = promote_floats(x_noisy, means, stds, weights)
     mu = check_points(means, "means")
-    xq = check_query(x_noisy, mu, "x_noisy")
+    xq = check_query(x_noisy, mu, "x_noisy", "means")
     c, d = mu.shape
     sigma = check_positive_float(sigma, "sigma")
     s = as_tensor(stds, "stds", like=mu, ndim=(0, 1))
     s = s.expand(c) if s.ndim == 0 else s
     if s.shape[0] != c:
         raise ValueError(
-            f"stds must be a scalar or have one value per component ({c}), got shape {tuple(s.shape)}"
+            f"stds must be a scalar or have one value per component of means ({c}), "
+            f"got shape {tuple(s.shape)}"
         )
     if bool((s < 0).any()):
         raise ValueError("stds must be non-negative")
@@ -141,7 +145,8 @@ def gaussian_mixture_denoise(x_noisy, means, stds, sigma, weights=None) -> torch
         w = as_tensor(weights, "weights", like=mu, ndim=(1,))
         if w.shape[0] != c:
             raise ValueError(
-                f"weights must have one value per component ({c}), got {w.shape[0]}"
+                f"weights must have one value per component of means ({c}), got "
+                f"{w.shape[0]}"
             )
         if bool((w <= 0).any()):
             raise ValueError("weights must be positive")
@@ -152,7 +157,7 @@ def gaussian_mixture_denoise(x_noisy, means, stds, sigma, weights=None) -> torch
     rows = chunk_rows(xq.shape[0], c, d + 1, mu.element_size(), None, mu.device)
     center = mu.mean(0)
     for sl in iter_chunks(xq.shape[0], rows):
-        u2 = scaled_sq_dist(xq[sl], mu, one, center)  # |x̃ - μ_k|², (rows, c)
+        u2 = _scaled_sq_dist(xq[sl], mu, one, center)  # |x̃ - μ_k|², (rows, c)
         logr = logw - 0.5 * d * torch.log(var) - 0.5 * u2 / var
         r = torch.softmax(logr, dim=1)
         shrink = (s * s) / var  # (c,)
@@ -459,13 +464,14 @@ def hopfield_retrieve(query, patterns, beta: float, steps: int = 1) -> torch.Ten
     (the (query, data) order of every local mean); ``beta > 0``; ``steps ≥ 1``. Returns ``(m, d)``
     in the input's dtype; half precision is computed in float32 (softmax in log space).
     """
+    query, patterns = promote_floats(query, patterns)
     X = check_points(patterns, "patterns")
     beta = check_positive_float(beta, "beta")
     steps = check_positive_int(steps, "steps")
     q = as_tensor(query, "query", like=X, ndim=(1, 2))
     single = q.ndim == 1 and X.shape[1] > 1
     q = q[None, :] if single else q
-    q = check_query(q, X, "query")
+    q = check_query(q, X, "query", "patterns")
     out_dtype = q.dtype
     if q.dtype in (torch.float16, torch.bfloat16):
         # as PyTorch's attention does: scores and sums in float32 (beta <x, xi> overflows

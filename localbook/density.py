@@ -18,12 +18,13 @@ import math
 import torch
 
 from ._validate import (
-    check_bool,
     check_bandwidth,
+    check_bool,
     check_choice,
     check_points,
     check_positive_int,
     check_query,
+    promote_floats,
 )
 from .kernels import (
     KERNELS,
@@ -102,6 +103,7 @@ def kde(
     (:math:`(1-u)_+`, scikit-learn's triangular kernel); see :func:`log_kernel_constant`.
     Equal to scikit-learn's ``KernelDensity`` (``tophat`` = uniform, ``exponential`` = laplacian).
     """
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
@@ -123,6 +125,7 @@ def kde_score(x_query, x, bandwidth) -> torch.Tensor:
     :math:`h^2` is per dimension for a vector bandwidth). Shapes: ``x_query (m, d)``, ``x (n, d)``;
     returns ``(m, d)``.
     """
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
@@ -152,6 +155,7 @@ def kde_log_hessian(x_query, x, bandwidth) -> torch.Tensor:
     :math:`\nabla^2 \log \hat p = D\, C(q)\, D - D`. Shapes: ``x_query (m, d)``, ``x (n, d)``;
     returns ``(m, d, d)``.
     """
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)

@@ -45,6 +45,22 @@ def _check_params(est):
         )
 
 
+def _check_loo(X, method: str):
+    """``bandwidth="loo"`` needs points to leave out: the error names X and the cause."""
+    n, d = X.shape
+    if n < 2:
+        raise ValueError(
+            f"bandwidth='loo' leaves one sample out at a time, so X needs at least 2 "
+            f"samples; got {n}. Pass a number as bandwidth instead"
+        )
+    if method == "ll" and n <= d + 1:
+        raise ValueError(
+            f"bandwidth='loo' with local linear regression needs more than n_features + 1 = "
+            f"{d + 1} samples in X (with n <= d + 1 the fitted plane interpolates every "
+            f"sample and leave-one-out is undefined); got {n} samples of {d} features"
+        )
+
+
 def _tensor(X, device):
     return torch.as_tensor(np.ascontiguousarray(X), device=device)
 
@@ -83,6 +99,7 @@ class _LocalSmoother(RegressorMixin, BaseEstimator):
         self.X_fit_ = X
         self.y_fit_ = y.astype(X.dtype, copy=False)
         if isinstance(self.bandwidth, str):  # "loo"
+            _check_loo(X, self._method)
             sel = select_bandwidth(
                 _tensor(X, self.device),
                 _tensor(self.y_fit_, self.device),

@@ -31,11 +31,14 @@ import torch
 
 from . import compiled
 from ._validate import (
+    as_tensor,
     check_bandwidth,
     check_choice,
     check_points,
     check_positive_int,
     check_query,
+    compute_dtype,
+    promote_floats,
     warn_empty,
 )
 from .chunks import chunk_rows, iter_chunks
@@ -168,24 +171,47 @@ def _sq_dist_augmented(
     return (_augment_query(xq, h, center) @ bb.T).clamp_(min=0.0)
 
 
-def scaled_sq_dist(
+def _scaled_sq_dist(
     xq: torch.Tensor,
     x: torch.Tensor,
     h: torch.Tensor,
     center: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """``u2[a, i] = |(xq[a] - x[i]) / h|²`` via one matrix product, ``(m, n)``.
-
-    Centering both sets on ``center`` before the expansion keeps the cancellation error of
-    ``|a|² + |b|² − 2a·b`` at the scale of the spread of the data, not of its offset.
-    """
+    """:func:`scaled_sq_dist` on validated tensors of one dtype (the engine's inner call)."""
     if center is None:
         center = data_center(x)
     return _sq_dist_augmented(xq, _augment_data(x, h, center), h, center)
 
 
+def scaled_sq_dist(xq, x, h, center=None) -> torch.Tensor:
+    """``u2[a, i] = |(xq[a] - x[i]) / h|²`` via one matrix product, ``(m, n)``.
+
+    Centering both sets on ``center`` before the expansion keeps the cancellation error of
+    ``|a|² + |b|² − 2a·b`` at the scale of the spread of the data, not of its offset.
+    Shapes: ``xq (m, d)``, ``x (n, d)`` (1-D means ``d = 1``), ``h`` a positive float or
+    ``(d,)``, ``center (d,)`` (default: the data's midrange). Half precision is computed in
+    float32 and returned in its dtype.
+    """
+    xq, x, h, center = promote_floats(xq, x, h, center)
+    x = check_points(x, "x")
+    xq = check_query(xq, x, "xq")
+    h = check_bandwidth(h, x.shape[1], like=x, name="h")
+    if center is not None:
+        center = as_tensor(center, "center", like=x, ndim=(1,))
+        if center.shape[0] != x.shape[1]:
+            raise ValueError(
+                f"center must have one value per dimension ({x.shape[1]}), got shape "
+                f"{tuple(center.shape)}"
+            )
+    c = compute_dtype(x.dtype)
+    return _scaled_sq_dist(
+        xq.to(c), x.to(c), h.to(c), None if center is None else center.to(c)
+    ).to(x.dtype)
+
+
 def kernel_matrix(x_query, x, bandwidth, kernel: str = "gaussian") -> torch.Tensor:
     """The dense ``(m, n)`` matrix ``K(x_query[a], x[i])`` (unnormalized; for small problems)."""
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
@@ -200,7 +226,7 @@ def log_weights(
     center: torch.Tensor,
 ) -> torch.Tensor:
     """``log K(xq[a], x[i])`` for one chunk of queries, ``(rows, n)``."""
-    return kern.log_profile(scaled_sq_dist(xq, x, h, center))
+    return kern.log_profile(_scaled_sq_dist(xq, x, h, center))
 
 
 def _exp_floor(dtype: torch.dtype) -> float:
@@ -275,15 +301,15 @@ def _knn(
     nearest rows of ``x`` for each row of ``xq``, on validated tensors, in row chunks under the
     device's budget. ``h`` defaults to 1 (Euclidean); for ``k = 1`` ties go to the first point."""
     m, n = xq.shape[0], x.shape[0]
-    if h is None:
-        h = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
-    if center is None:
-        center = data_center(x)
+    out_dtype, c = x.dtype, compute_dtype(x.dtype)  # half precision: distances in float32
+    xq, x = xq.to(c), x.to(c)
+    h = torch.ones(x.shape[1], dtype=c, device=x.device) if h is None else h.to(c)
+    center = data_center(x) if center is None else center.to(c)
     rows = chunk_rows(m, n, 1, x.element_size(), None, x.device)
-    u2 = torch.empty(m, n_neighbors, dtype=x.dtype, device=x.device)
+    u2 = torch.empty(m, n_neighbors, dtype=out_dtype, device=x.device)
     idx = torch.empty(m, n_neighbors, dtype=torch.long, device=x.device)
     for sl in iter_chunks(m, rows):
-        d2 = scaled_sq_dist(xq[sl], x, h, center)
+        d2 = _scaled_sq_dist(xq[sl], x, h, center)
         if n_neighbors == 1:
             i = d2.argmin(1, keepdim=True)
             idx[sl], u2[sl] = i, d2.gather(1, i)
@@ -301,6 +327,7 @@ def knn_search(x_query, x, n_neighbors: int) -> Tuple[torch.Tensor, torch.Tensor
     ``x (n, d)`` (1-D means ``d = 1``), ``1 ≤ n_neighbors ≤ n``. Used by :func:`knn_regress`,
     :func:`knn_classify`, :func:`knn_bandwidth` and the mean-shift labels.
     """
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])

@@ -28,7 +28,9 @@ from ._validate import (
     check_positive_float,
     check_positive_int,
     check_query,
+    compute_dtype,
     check_targets,
+    promote_floats,
 )
 from .chunks import chunk_rows, iter_chunks
 from .kernels import KERNELS, Kernel, data_center, get_kernel, log_weights
@@ -58,6 +60,7 @@ def local_mode_classify(
     kernel a query with no point within the bandwidth has NaN probabilities (one warning) and
     gets the first class; check ``proba`` when that matters.
     """
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
@@ -103,6 +106,7 @@ def local_quantile(
     the queries; no Python loop over points. Queries with no point within the support of a
     compact kernel get NaN (one warning).
     """
+    x_query, x, y = promote_floats(x_query, x, y)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
@@ -168,7 +172,8 @@ def _check_coefficients(coefficients, R: int, d: int, like):
     if a.shape[0] != R or a.shape[1] not in (1, d + 1):
         raise ValueError(
             f"coefficients must be ({R}, 1) (zero-order rules) or ({R}, {d + 1}) "
-            f"(intercept and {d} slopes), got shape {tuple(a.shape)}"
+            f"(intercept and {d} slopes) for the {R} rows of centers, got shape "
+            f"{tuple(a.shape)}"
         )
     return a
 
@@ -186,8 +191,9 @@ def takagi_sugeno(
     (:math:`[a_r, b_r]`, slopes in the data's coordinates). Returns ``(m,)``. Zero-order rules
     centred at the data with :math:`a_i = y_i` are Nadaraya–Watson.
     """
+    x_query, centers, coefficients = promote_floats(x_query, centers, coefficients)
     c = check_points(centers, "centers")
-    xq = check_query(x_query, c)
+    xq = check_query(x_query, c, "x_query", "centers")
     h = check_bandwidth(bandwidth, c.shape[1], like=c)
     a = _check_coefficients(coefficients, c.shape[0], c.shape[1], c)
     mean, _ = local_average(
@@ -202,8 +208,9 @@ def rule_memberships(
     x_query, centers, bandwidth, membership: str = "gaussian"
 ) -> torch.Tensor:
     r"""Normalized firing strengths :math:`\bar\mu_r(x) = \mu_r(x)/\sum_s \mu_s(x)`, ``(m, R)``."""
+    x_query, centers = promote_floats(x_query, centers)
     c = check_points(centers, "centers")
-    xq = check_query(x_query, c)
+    xq = check_query(x_query, c, "x_query", "centers")
     h = check_bandwidth(bandwidth, c.shape[1], like=c)
     eye = torch.eye(c.shape[0], dtype=c.dtype, device=c.device)
     mean, _ = local_average(xq, c, eye, h, _membership(membership))
@@ -269,7 +276,9 @@ def fit_takagi_sugeno(
     names the cause: ``x`` itself in a lower-dimensional affine subspace (collinear points in
     the plane), too few points firing the rule, or its firing points in such a subspace.
     """
+    x, y, centers = promote_floats(x, y, centers)
     x = check_points(x, "x")
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # no solvers in half precision
     y2, _ = check_targets(y, x.shape[0], like=x)
     if y2.shape[1] != 1:
         raise ValueError(f"y must be (n,), got shape {tuple(y2.shape)}")
@@ -328,7 +337,7 @@ def fit_takagi_sugeno(
                     f"{x.dtype}; rescale x, use order=0 or ridge > 0"
                 )
             theta[sl] = sol
-        return theta
+        return theta.to(out_dtype)
     wbar = rule_memberships(x, c, h, kern)  # (n, R)
     if bool(torch.isnan(wbar).any()):
         raise ValueError(
@@ -342,7 +351,7 @@ def fit_takagi_sugeno(
         ).solution
     else:
         sol = torch.linalg.solve(G, Phi.T @ y2)
-    return sol.reshape(R, p)
+    return sol.reshape(R, p).to(out_dtype)
 
 
 # --- self-localization: the bilateral filter --------------------------------------------------

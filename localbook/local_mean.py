@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 
 from ._validate import (
     as_tensor,
     check_bandwidth,
+    check_bool,
     check_choice,
     check_fraction,
     check_labels,
@@ -28,6 +29,8 @@ from ._validate import (
     check_positive_int,
     check_query,
     check_targets,
+    compute_dtype,
+    promote_floats,
 )
 from .chunks import chunk_rows, iter_chunks
 from .kernels import (
@@ -35,7 +38,7 @@ from .kernels import (
     data_center,
     get_kernel,
     log_weights,
-    scaled_sq_dist,
+    _scaled_sq_dist,
     warn_empty_kernel,
 )
 from .local_sums import local_average
@@ -70,6 +73,7 @@ def nadaraya_watson(x_query, x, y, bandwidth, kernel: str = "gaussian") -> torch
     log space, so a query far from all data gets its nearest points' mean; under a compact kernel
     a query with no point within the bandwidth gets NaN (and a warning).
     """
+    x_query, x, y = promote_floats(x_query, x, y)
     xq, x, y2, squeeze, h = _prepare(x_query, x, y, bandwidth)
     mean, _ = local_average(xq, x, y2, h, kernel)
     return mean[:, 0] if squeeze else mean
@@ -171,6 +175,7 @@ def local_linear(
     Half-precision inputs are solved in float32 and returned in their own dtype. Under a compact
     kernel a query with no data point within the bandwidth gets NaN (and a warning).
     """
+    x_query, x, y = promote_floats(x_query, x, y)
     xq, x, y2, squeeze, h = _prepare(x_query, x, y, bandwidth)
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
     for sl, ell in _ll_chunks(xq, x, h, kernel, y2.shape[1], rcond):
@@ -193,6 +198,7 @@ def equivalent_kernel(
     The weights come from the same weighted least-squares solve as :func:`local_linear`
     (Householder QR, the ``rcond`` cutoff, the minimum-norm solution below it).
     """
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
@@ -211,6 +217,7 @@ def knn_regress(x_query, x, y, n_neighbors: int = 5) -> torch.Tensor:
     over: at a data point :math:`(y_i - \hat y_i)/(1 - 1/k)` is the leave-one-out residual of
     ``(k-1)``-NN; the ``k``-NN one is :math:`y_i - ((k+1)\hat y^{(k+1)}_i - y_i)/k`.
     """
+    x_query, x, y = promote_floats(x_query, x, y)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     y2, squeeze = check_targets(y, x.shape[0], like=x)
@@ -226,6 +233,7 @@ def knn_classify(x_query, x, labels, n_neighbors: int = 5, return_proba: bool = 
     ``return_proba=True`` also ``(proba (m, c), classes (c,))``. Labels are integers (a long
     tensor comes back) or strings and other objects (a numpy array comes back).
     """
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     classes, codes = check_labels(labels, x.shape[0], device=x.device)
@@ -243,6 +251,7 @@ def knn_classify(x_query, x, labels, n_neighbors: int = 5, return_proba: bool = 
 
 def knn_bandwidth(x_query, x, n_neighbors: int = 10) -> torch.Tensor:
     r"""Adaptive bandwidth: the distance from each query to its ``k``-th nearest data point, ``(m,)``."""
+    x_query, x = promote_floats(x_query, x)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=x.shape[0])
@@ -259,6 +268,7 @@ def adaptive_nadaraya_watson(
     compact kernel use ``scale > 1`` so that the ``k`` nearest points all get positive weight.
     Shapes as :func:`nadaraya_watson`.
     """
+    x_query, x, y = promote_floats(x_query, x, y)
     from ._validate import check_positive_float
 
     x = check_points(x, "x")
@@ -275,7 +285,7 @@ def adaptive_nadaraya_watson(
     out = torch.empty(xq.shape[0], y2.shape[1], dtype=x.dtype, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
         lw = kern.log_profile(
-            scaled_sq_dist(xq[sl], x, one, center) / hq[sl, None] ** 2
+            _scaled_sq_dist(xq[sl], x, one, center) / hq[sl, None] ** 2
         )
         out[sl] = torch.softmax(lw, dim=1) @ y2
     warn_empty_kernel(int(torch.isnan(out[:, 0]).sum()), xq.shape[0], kern.name)
@@ -311,6 +321,7 @@ def loo_cv_score(
     neighbourhood, or, for local linear regression, one with at most ``d + 1`` effective
     neighbours, which the fitted plane interpolates (always so when ``n ≤ d + 1``).
     """
+    x, y = promote_floats(x, y)
     x = check_points(x, "x")
     y2, _ = check_targets(y, x.shape[0], like=x)
     h = check_bandwidth(bandwidth, x.shape[1], like=x)
@@ -331,11 +342,38 @@ def loo_cv_score(
 
 @dataclass
 class BandwidthSelection:
-    """Result of :func:`select_bandwidth`: the chosen bandwidth and the LOO-CV curve."""
+    """Result of :func:`select_bandwidth`: the chosen bandwidth and the LOO-CV curve.
 
-    bandwidth: float
+    ``bandwidth`` is a float, or a ``(d,)`` tensor when the grid holds per-dimension
+    candidates (``grid (k, d)``); ``scores (k,)`` are the leave-one-out errors."""
+
+    bandwidth: Union[float, torch.Tensor]
     grid: torch.Tensor
     scores: torch.Tensor
+
+
+def _bandwidth_grid(x, bandwidths, per_dimension: bool):
+    """The candidates of :func:`select_bandwidth`, ``(k,)`` or ``(k, d)``."""
+    n, d = x.shape
+    if bandwidths is None:
+        sd = x.std(dim=0) if n > 1 else torch.ones(d, dtype=x.dtype, device=x.device)
+        if per_dimension:
+            scale = torch.where(sd > 0, sd, torch.ones_like(sd)).cpu()
+        else:
+            m = float(sd.mean())
+            scale = torch.tensor(m if m > 0 else 1.0, dtype=x.dtype)
+        factors = torch.logspace(math.log10(0.05), math.log10(2.0), 30, dtype=x.dtype)
+        return factors[:, None] * scale if per_dimension else factors * scale
+    check_bool(per_dimension, "per_dimension")
+    grid = as_tensor(bandwidths, "bandwidths", ndim=(1, 2), like=x).cpu()
+    if grid.ndim == 2 and grid.shape[1] != d:
+        raise ValueError(
+            f"bandwidths must be (k,) numbers or (k, {d}) per-dimension candidates "
+            f"(x has d = {d}), got shape {tuple(grid.shape)}"
+        )
+    if bool((grid <= 0).any()):
+        raise ValueError(f"bandwidths must all be positive, got {grid.tolist()}")
+    return grid
 
 
 def select_bandwidth(
@@ -344,43 +382,62 @@ def select_bandwidth(
     bandwidths: Optional[Sequence[float]] = None,
     kernel: str = "gaussian",
     method: str = "nw",
+    per_dimension: bool = False,
 ) -> BandwidthSelection:
     """Choose the bandwidth minimizing :func:`loo_cv_score` over a grid.
 
-    The default grid has 30 values spaced geometrically between 0.05 and 2 times the standard
-    deviation of ``x`` (averaged over dimensions).
+    ``bandwidths``: ``(k,)`` candidates, or ``(k, d)`` per-dimension candidates (row ``j`` is
+    one bandwidth vector); the default grid has 30 values spaced geometrically between 0.05
+    and 2 times the standard deviation of ``x`` averaged over dimensions, or, with
+    ``per_dimension=True``, times each dimension's own standard deviation (a ``(30, d)``
+    grid, as cheap as the scalar one). A full product grid over the dimensions would cost
+    ``k^d`` evaluations; to fit one bandwidth per dimension freely use
+    :func:`~localbook.fit_metric` with ``diagonal=True``. A ``UserWarning`` says when the
+    minimum lies at an edge of the grid (the optimum may be beyond it: extend the grid).
+    Half precision is computed in float32; ``grid`` and ``scores`` come back in ``x``'s dtype.
     """
+    x, y, bandwidths = promote_floats(x, y, bandwidths)
     x = check_points(x, "x")
-    if bandwidths is None:
-        s = float(x.std(dim=0).mean()) if x.shape[0] > 1 else 1.0
-        s = s if s > 0 else 1.0
-        grid = torch.logspace(
-            math.log10(0.05 * s), math.log10(2 * s), 30, dtype=x.dtype
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # half precision: in float32
+    n, d = x.shape
+    if n < 2:
+        raise ValueError(
+            f"x has {n} point; leaving one out needs at least 2 points"
         )
-    else:
-        grid = as_tensor(bandwidths, "bandwidths", ndim=(1,), like=x).cpu()
-        if bool((grid <= 0).any()):
-            raise ValueError("bandwidths must all be positive")
+    method = check_choice(method, "method", ["nw", "ll"])
+    if method == "ll" and n <= d + 1:
+        raise ValueError(
+            f"x has n = {n} points in d = {d} dimensions: local linear regression "
+            "(method='ll') interpolates them (L_ii = 1), so its leave-one-out error is "
+            f"undefined at every bandwidth; it needs n > d + 1 = {d + 1} points"
+        )
+    grid = _bandwidth_grid(x, bandwidths, per_dimension)
     scores = torch.tensor(
-        [loo_cv_score(x, y, float(b), kernel, method) for b in grid], dtype=x.dtype
+        [loo_cv_score(x, y, b if b.ndim else float(b), kernel, method) for b in grid],
+        dtype=x.dtype,
     )
     if not bool(torch.isfinite(scores).any()):
-        n, d = x.shape
-        if method == "ll" and n <= d + 1:
-            raise ValueError(
-                f"local linear regression with n = {n} points in d = {d} dimensions "
-                "interpolates them (L_ii = 1), so its leave-one-out error is undefined "
-                f"at every bandwidth; it needs n > d + 1 = {d + 1} points"
-            )
         why = (
             "alone in its neighbourhood, or (local linear) with at most d + 1 "
             "effective neighbours, which the fitted plane interpolates"
             if method == "ll"
             else "alone in its neighbourhood"
         )
+        where = "the default grid" if bandwidths is None else "bandwidths"
         raise ValueError(
-            f"every bandwidth in the grid leaves some point {why} (L_ii = 1: its "
+            f"every bandwidth in {where} leaves some point {why} (L_ii = 1: its "
             "leave-one-out fit is undefined); use larger bandwidths"
         )
     best = int(torch.argmin(scores))
-    return BandwidthSelection(float(grid[best]), grid, scores)
+    chosen = grid[best].to(out_dtype) if grid.ndim == 2 else float(grid[best])
+    if len(grid) > 1 and best in (0, len(grid) - 1):
+        edge = "smallest" if best == 0 else "largest"
+        value = chosen.tolist() if grid.ndim == 2 else chosen
+        warnings.warn(
+            f"select_bandwidth: the best bandwidth {value} is the {edge} of the grid "
+            f"(from {grid[0].tolist()} to {grid[-1].tolist()}); the optimum may lie "
+            "beyond it: extend the grid",
+            UserWarning,
+            stacklevel=2,
+        )
+    return BandwidthSelection(chosen, grid.to(out_dtype), scores.to(out_dtype))

@@ -23,7 +23,7 @@ from .chunks import chunk_rows, iter_chunks
 from .kernels import (
     Kernel,
     get_kernel,
-    scaled_sq_dist,
+    _scaled_sq_dist,
 )
 from .local_sums import local_average
 
@@ -46,7 +46,7 @@ def _medoid_successors(
     rows = chunk_rows(c, c, 1, pts.element_size(), None, pts.device)
     center = pts.mean(0)
     for sl in iter_chunks(c, rows):
-        d2 = scaled_sq_dist(mean[sl], pts, h, center)
+        d2 = _scaled_sq_dist(mean[sl], pts, h, center)
         best = d2.argmin(1)
         own = torch.arange(sl.start, sl.stop, device=pts.device)
         stay = (

@@ -28,6 +28,7 @@ estimate in general does not.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import torch
@@ -41,8 +42,9 @@ from ._validate import (
     check_positive_int,
     check_query,
     check_targets,
+    promote_floats,
 )
-from .kernels import chunk_rows, iter_chunks, scaled_sq_dist
+from .kernels import chunk_rows, iter_chunks, _scaled_sq_dist
 
 __all__ = [
     "mlkr_loss",
@@ -58,7 +60,8 @@ def _check_matrix(A, d: int, name: str = "A") -> torch.Tensor:
     t = as_tensor(A, name, ndim=(2,))
     if t.shape[1] != d:
         raise ValueError(
-            f"{name} must have shape (k, {d}) to act on {d} feature(s), got {tuple(t.shape)}"
+            f"{name} must have shape (k, {d}) to act on the {d} feature(s) of x, got "
+            f"{tuple(t.shape)}"
         )
     return t
 
@@ -93,6 +96,7 @@ def mlkr_loss(A, x, y, *, budget: Optional[int] = None) -> torch.Tensor:
     chunk is recomputed in the backward pass (activation checkpointing), so memory stays bounded.
     ``A = I/h`` gives ``n`` times :func:`localbook.loo_cv_score` for a 1-D ``y``.
     """
+    A, x, y = promote_floats(A, x, y)
     A = as_tensor(A, "A", ndim=(2,))
     x = check_points(x, "x", like=A)
     A = _check_matrix(A, x.shape[1])
@@ -135,7 +139,9 @@ def _initial_metric(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     s = x.std(0)
     s = torch.where(s > 0, s, torch.ones_like(s))
-    h0 = select_bandwidth(x / s, y).bandwidth
+    with warnings.catch_warnings():  # a start at the grid's edge is still a start
+        warnings.filterwarnings("ignore", "select_bandwidth: the best", UserWarning)
+        h0 = select_bandwidth(x / s, y).bandwidth
     return torch.diag(1.0 / s) / h0
 
 
@@ -251,6 +257,7 @@ def fit_metric(
     of the returned ``A``, 0 for the start) and, with early stopping, ``val_errors`` (the
     held-out mean squared errors checked, the start's first).
     """
+    x, y, init = promote_floats(x, y, init)
     x = check_points(x, "x")
     y2, _ = check_targets(y, x.shape[0], like=x)
     n, d = x.shape
@@ -346,6 +353,7 @@ def abramson_bandwidths(
     p(x_i))` is their geometric mean, so the :math:`h_i` have geometric mean ``h``: where the data
     are dense the kernel narrows, in the tails it widens. ``bandwidth`` is a positive float.
     """
+    x, pilot = promote_floats(x, pilot)
     from .density import kde
 
     x = check_points(x, "x")
@@ -396,6 +404,7 @@ def sample_point_kde(
     :math:`\hat p` integrates to one. Shapes: ``x_query (m, d)``, ``x (n, d)``; returns ``(m,)``
     (the log-density with ``log=True``, by ``logsumexp``). Chunked over queries.
     """
+    x_query, x, pilot = promote_floats(x_query, x, pilot)
     x = check_points(x, "x")
     xq = check_query(x_query, x)
     kern = _kernel(kernel)
@@ -415,7 +424,7 @@ def sample_point_kde(
     rows = chunk_rows(xq.shape[0], n, 1, x.element_size(), budget, x.device)
     out = torch.empty(xq.shape[0], dtype=x.dtype, device=x.device)
     for sl in iter_chunks(xq.shape[0], rows):
-        u2 = scaled_sq_dist(xq[sl], x, one).clamp(min=0.0) / (hi * hi)[None, :]
+        u2 = _scaled_sq_dist(xq[sl], x, one).clamp(min=0.0) / (hi * hi)[None, :]
         out[sl] = torch.logsumexp(kern.log_profile(u2) + col[None, :], dim=1)
     return out if log else torch.exp(out)
 
@@ -439,6 +448,7 @@ def balloon_kde(
     function of ``q`` it need not integrate to one (in 1-D its tails decay like ``1/|q|``, so the
     integral diverges). Returns ``(m,)`` (log-density with ``log=True``).
     """
+    x_query, x = promote_floats(x_query, x)
     from .local_mean import knn_bandwidth
 
     x = check_points(x, "x")
@@ -455,7 +465,7 @@ def balloon_kde(
     out = torch.empty(xq.shape[0], dtype=x.dtype, device=x.device)
     const = math.log(n) + _log_const(kern.name, d)
     for sl in iter_chunks(xq.shape[0], rows):
-        u2 = scaled_sq_dist(xq[sl], x, one).clamp(min=0.0) / (hq[sl, None] ** 2)
+        u2 = _scaled_sq_dist(xq[sl], x, one).clamp(min=0.0) / (hq[sl, None] ** 2)
         out[sl] = (
             torch.logsumexp(kern.log_profile(u2), dim=1) - d * torch.log(hq[sl]) - const
         )

@@ -19,12 +19,14 @@ from typing import Optional
 import torch
 
 from ._validate import (
-    check_bool,
     check_bandwidth,
+    check_bool,
     check_points,
     check_positive_float,
     check_positive_int,
     check_query,
+    compute_dtype,
+    promote_floats,
 )
 from .kernels import (
     Kernel,
@@ -298,6 +300,7 @@ def mean_shift(
     Half-precision data are processed in float32; the modes, intensities, path and rejected
     points come back in the data's dtype.
     """
+    x, seeds = promote_floats(x, seeds)
     x = check_points(x, "x")
     if x.dtype in (torch.float16, torch.bfloat16):
         # half precision cannot hold the steps' sums: work in float32, return x's dtype
@@ -463,10 +466,17 @@ def pc_shift(
     Fixed points satisfy :math:`V^\top \nabla \log \hat p = 0`: the density is maximal across the
     ridge. A seed stops (frozen) when its projected step is at most ``tol`` bandwidths.
     Shapes: ``x (n, d)``, ``seeds (s, d)`` (default: the data). Returns a :class:`PCShiftResult`.
+    Half precision is computed in float32 and returned in its dtype.
     """
+    x, seeds = promote_floats(x, seeds)
     x = check_points(x, "x")
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # no eigh in half precision
     n, d = x.shape
     h = check_bandwidth(bandwidth, d, like=x)
+    if isinstance(ridge_dim, int) and not isinstance(ridge_dim, bool) and ridge_dim >= d:
+        raise ValueError(
+            f"ridge_dim must be below the dimension of x (d = {d}), got {ridge_dim}"
+        )
     ridge_dim = check_positive_int(ridge_dim, "ridge_dim", minimum=0, maximum=d - 1)
     max_iter = check_positive_int(max_iter, "max_iter", minimum=0)
     tol = check_positive_float(tol, "tol", allow_zero=True)
@@ -490,8 +500,8 @@ def pc_shift(
         if path is not None:
             path.append(pos.clone())
     return PCShiftResult(
-        points=pos,
+        points=pos.to(out_dtype),
         n_iter=n_iter,
         converged=~active,
-        path=torch.stack(path) if path is not None else None,
+        path=torch.stack(path).to(out_dtype) if path is not None else None,
     )
