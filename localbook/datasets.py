@@ -26,6 +26,7 @@ from ._validate import (
     check_choice,
     check_fraction,
     check_image_shape,
+    check_missing_data,
     check_positive_float,
     check_positive_int,
     check_positive_ints,
@@ -563,13 +564,7 @@ def holdout_mask(
     set to NaN and scoring them needs no ground truth.
     """
     fraction = check_fraction(fraction, "fraction")
-    A = (
-        X.detach().cpu().numpy()
-        if isinstance(X, torch.Tensor)
-        else np.asarray(X, dtype=float)
-    )
-    if A.ndim != 2:
-        raise ValueError(f"X must be 2-D, got shape {A.shape}")
+    A = check_missing_data(X, "X").detach().cpu().double().numpy()
     if block is not None:
         H, W = check_image_shape(image_shape, A.shape[1])
         block = check_positive_int(block, "block", maximum=min(H, W))

@@ -81,10 +81,11 @@ import warnings
 
 import numpy as np
 import torch
-from sklearn.base import (
+from sklearn.base import (  # a dependency; this module loads lazily
     BaseEstimator,
+    OneToOneFeatureMixin,
     TransformerMixin,
-)  # a dependency; this module loads lazily
+)
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._validate import (
@@ -164,7 +165,7 @@ def _one_se_choice(sse, n_hidden):
     return a, b
 
 
-class LocalMeanImputer(TransformerMixin, BaseEstimator):
+class LocalMeanImputer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     r"""Two-layer local-mean autoencoder for images with missing pixels (scikit-learn imputer API).
 
     ``fit(X)`` stores the reference rows ``X (n, P)`` (NaN = missing) and their layer-1
@@ -205,8 +206,11 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     Attributes: ``layers_``, ``pixel_bandwidth_``, ``image_weight_`` (the values used),
     ``holdout_scores_`` (the grids, the hold-out RMSE, its one-standard-error margin ``"se"``
     and the number of hidden values; ``None`` without tuning),
-    ``n_features_in_``. Inputs: numpy arrays (dense only) give numpy arrays back; tensors give
-    tensors on their device and dtype. A value neither layer can reach gets the mean of the
+    ``n_features_in_`` (and ``feature_names_in_`` after a DataFrame). Inputs: numpy arrays
+    and DataFrames (dense only) give numpy arrays back, or DataFrames after
+    ``set_output(transform="pandas")`` (the output features are the input features,
+    ``get_feature_names_out``); tensors give tensors on their device and dtype (a DataFrame
+    too after ``set_output(transform="pandas")``). A value neither layer can reach gets the mean of the
     observed reference values of that feature (for a feature never observed, the fallback of
     the module description, with a warning at ``fit``).
     """

@@ -27,8 +27,9 @@ from ._validate import (
     check_missing_data,
     check_positive_float,
     check_positive_int,
+    promote_floats,
 )
-from .kernels import chunk_rows, get_kernel, iter_chunks, scaled_sq_dist
+from .kernels import chunk_rows, get_kernel, iter_chunks, _scaled_sq_dist
 
 __all__ = [
     "pixel_positions",
@@ -129,7 +130,7 @@ def _log_pixel_kernel(H, W, h, kern, X):
     pos = pixel_positions((H, W), dtype=X.dtype, device=X.device)
     hh = torch.full((2,), h, dtype=X.dtype, device=X.device)
     log_k = kern.log_profile(
-        scaled_sq_dist(pos, pos, hh, center=pos.mean(0))
+        _scaled_sq_dist(pos, pos, hh, center=pos.mean(0))
     )  # symmetric
     return log_k.fill_diagonal_(-math.inf)  # a pixel never predicts itself
 
@@ -143,6 +144,7 @@ def nan_sq_distances(Xq, X) -> Tuple[torch.Tensor, torch.Tensor]:
     missing; returns ``(d2 (m, n), common (m, n))``, ``common`` the number of shared features.
     Computed in row chunks through three matrix products.
     """
+    Xq, X = promote_floats(Xq, X)
     X = check_missing_data(X, "X")
     Xq = check_missing_data(Xq, "Xq", like=X)
     if Xq.shape[1] != X.shape[1]:
@@ -191,6 +193,7 @@ def image_local_mean(
     ``h_i`` the distance to the ``n_neighbors``-th neighbour. A query sharing no observed pixel with
     any reference image gets NaN.
     """
+    Xq, X_ref, Z_ref = promote_floats(Xq, X_ref, Z_ref)
     X_ref = check_missing_data(X_ref, "X_ref")
     Xq = check_missing_data(Xq, "Xq", like=X_ref)
     Z_ref = as_tensor(Z_ref, "Z_ref", like=X_ref, ndim=(2,), finite=False)
@@ -198,6 +201,12 @@ def image_local_mean(
         raise ValueError(
             f"Xq {tuple(Xq.shape)}, X_ref {tuple(X_ref.shape)} and Z_ref {tuple(Z_ref.shape)} must "
             "have the same number of features, and Z_ref the shape of X_ref"
+        )
+    bad = torch.isinf(Z_ref) | (torch.isnan(Z_ref) & ~torch.isnan(X_ref))
+    if bool(bad.any()):
+        raise ValueError(
+            f"Z_ref has {int(bad.sum())} infinite value(s) or NaN where X_ref observes the "
+            "pixel; it must be finite (NaN only where X_ref is missing)"
         )
     n_neighbors = check_positive_int(n_neighbors, "n_neighbors")
     lam = _check_imputed_weight(imputed_weight)
@@ -337,23 +346,40 @@ def _observed_mean(Xq, X_ref, n_neighbors, kern, exclude):
 
 
 # --- the score ----------------------------------------------------------------------------------
+def _check_mask(mask, name: str) -> np.ndarray:
+    """A boolean mask as a numpy array: bools, or numbers that are all 0 or 1."""
+    if isinstance(mask, torch.Tensor):
+        arr = mask.detach().cpu()
+        arr = (arr.float() if arr.dtype == torch.bfloat16 else arr).numpy()
+    elif isinstance(mask, (str, bytes)) or mask is None:
+        raise TypeError(f"{name} must be a boolean array, got {type(mask).__name__}")
+    else:
+        try:
+            arr = np.asarray(mask)
+        except Exception as exc:
+            raise TypeError(f"{name} must be a boolean array: {exc}") from None
+    if arr.dtype == bool:
+        return arr
+    if arr.dtype.kind not in "iuf" or not np.all((arr == 0) | (arr == 1)):
+        raise TypeError(
+            f"{name} must be a boolean array (True = marked), or 0/1 numbers; got dtype "
+            f"{arr.dtype}" + (" with other values" if arr.dtype.kind in "iuf" else "")
+        )
+    return arr.astype(bool)
+
+
 def rmse_missing(x_imputed, x_true, missing) -> float:
     r"""Root mean squared error on the missing entries only: :math:`\sqrt{\mathrm{mean}_{(i,p) \in \mathcal M} (\hat x_{ip} - x_{ip})^2}`.
 
-    All three arguments are ``(n, d)`` array-likes (``missing`` boolean, ``True`` = missing).
+    All three arguments are ``(n, d)`` array-likes (``missing`` boolean, ``True`` = missing;
+    0/1 numbers are read as booleans); the values on the missing entries must be finite
+    (elsewhere they are not read: NaN there is fine).
     """
-    a = np.asarray(
-        x_imputed.detach().cpu() if isinstance(x_imputed, torch.Tensor) else x_imputed,
-        dtype=float,
+    a, b = (
+        as_tensor(v, name, ndim=(1, 2), finite=False).detach().cpu().double().numpy()
+        for v, name in ((x_imputed, "x_imputed"), (x_true, "x_true"))
     )
-    b = np.asarray(
-        x_true.detach().cpu() if isinstance(x_true, torch.Tensor) else x_true,
-        dtype=float,
-    )
-    m = np.asarray(
-        missing.detach().cpu() if isinstance(missing, torch.Tensor) else missing,
-        dtype=bool,
-    )
+    m = _check_mask(missing, "missing")
     if a.shape != b.shape or a.shape != m.shape:
         raise ValueError(
             f"x_imputed, x_true and missing must have the same shape, got {a.shape}, {b.shape}, {m.shape}"
@@ -362,4 +388,10 @@ def rmse_missing(x_imputed, x_true, missing) -> float:
         raise ValueError(
             "missing marks no entry; the RMSE on missing entries is undefined"
         )
+    for v, name in ((a, "x_imputed"), (b, "x_true")):
+        bad = int((~np.isfinite(v[m])).sum())
+        if bad:
+            raise ValueError(
+                f"{name} has {bad} NaN or infinite value(s) on the entries missing marks"
+            )
     return float(np.sqrt(np.mean((a[m] - b[m]) ** 2)))

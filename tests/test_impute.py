@@ -597,3 +597,27 @@ def test_holdout_block_tunes_on_block_shaped_holes():
         LocalMeanImputer((28, 28), holdout_block=29).fit(Xm)
     with pytest.raises(ValueError, match="image_shape"):
         LocalMeanImputer(holdout_block=3).fit(Xm)
+
+
+# --- issue 27: feature names and set_output ---------------------------------------------------
+def test_imputer_feature_names_and_pandas_output():
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).normal(size=(15, 4))
+    X[1, 2] = X[5, 0] = X[9, 3] = np.nan
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"], index=np.arange(100, 115))
+    plain = LocalMeanImputer(n_neighbors=3).fit(X)
+    np.testing.assert_array_equal(plain.get_feature_names_out(), ["x0", "x1", "x2", "x3"])
+    np.testing.assert_array_equal(plain.get_feature_names_out(["p", "q", "r", "s"]),
+                                  ["p", "q", "r", "s"])
+    imp = LocalMeanImputer(n_neighbors=3).set_output(transform="pandas")
+    out = imp.fit_transform(df)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == ["a", "b", "c", "d"] and list(out.index) == list(df.index)
+    np.testing.assert_array_equal(imp.get_feature_names_out(), ["a", "b", "c", "d"])
+    np.testing.assert_allclose(  # a DataFrame's memory order may change a last bit
+        out.to_numpy(), LocalMeanImputer(n_neighbors=3).fit_transform(X), rtol=1e-13
+    )
+    again = imp.transform(df.iloc[:4])
+    assert isinstance(again, pd.DataFrame) and list(again.index) == list(df.index[:4])
+    with pytest.raises(ValueError, match="input_features"):
+        imp.get_feature_names_out(["a", "b", "c", "e"])
