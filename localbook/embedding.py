@@ -25,10 +25,12 @@ import torch
 from ._validate import (
     as_tensor,
     check_choice,
+    check_indices,
     check_points,
     check_positive_float,
     check_positive_int,
     check_positive_ints,
+    compute_dtype,
 )
 from .kernels import (
     _augment_data,
@@ -120,6 +122,7 @@ def lle_weights(x, n_neighbors: int = 10, reg: float = 1e-3):
     ``weights (n, k)`` (rows sum to one; entries may be negative) and ``indices (n, k)``.
     """
     x = check_points(x, "x")
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # no solve in half precision
     n = x.shape[0]
     k = check_positive_int(n_neighbors, "n_neighbors", maximum=n - 1) if n > 1 else None
     if k is None:
@@ -138,18 +141,20 @@ def lle_weights(x, n_neighbors: int = 10, reg: float = 1e-3):
             C, torch.ones(C.shape[0], k, 1, dtype=x.dtype, device=x.device)
         )[..., 0]
         w[sl] = v / v.sum(1, keepdim=True)
-    return w, idx
+    return w.to(out_dtype), idx
 
 
 def lle_weight_matrix(weights, indices, n: Optional[int] = None) -> torch.Tensor:
     """The dense ``(n, n)`` matrix ``W`` with ``W[i, indices[i, a]] = weights[i, a]``."""
     weights = as_tensor(weights, "weights", ndim=(2,))
-    indices = torch.as_tensor(indices, device=weights.device)
+    n = weights.shape[0] if n is None else check_positive_int(n, "n")
+    indices = check_indices(indices, "indices", device=weights.device, ndim=(2,))
     if indices.shape != weights.shape:
         raise ValueError(
-            f"indices must have the shape of weights {tuple(weights.shape)}, got {tuple(indices.shape)}"
+            f"indices must have the shape of weights {tuple(weights.shape)}, got "
+            f"{tuple(indices.shape)}"
         )
-    n = weights.shape[0] if n is None else n
+    indices = check_indices(indices, "indices", n)
     W = torch.zeros(weights.shape[0], n, dtype=weights.dtype, device=weights.device)
     return W.scatter_add_(1, indices.long(), weights)
 
@@ -188,15 +193,16 @@ def locally_linear_embedding(
         eigen_solver, "eigen_solver", ["auto", "dense", "arpack"]
     )
     seed = check_positive_int(seed, "seed", minimum=0)
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # no eigh in half precision
     w, idx = lle_weights(x, n_neighbors, reg)
     if eigen_solver == "dense" or (eigen_solver == "auto" and n <= 2000):
         IW = torch.eye(n, dtype=x.dtype, device=x.device) - lle_weight_matrix(w, idx)
         M = IW.T @ IW
         evals, evecs = torch.linalg.eigh(M)
-        Y = evecs[:, 1 : n_components + 1]
+        Y = evecs[:, 1 : n_components + 1].to(out_dtype)
         return (Y, float(evals[1 : n_components + 1].sum())) if return_error else Y
     evals, evecs = _lle_arpack(w, idx, n_components + 1, seed)
-    Y = torch.as_tensor(evecs[:, 1:], dtype=x.dtype, device=x.device)
+    Y = torch.as_tensor(evecs[:, 1:], dtype=out_dtype, device=x.device)
     return (Y, float(evals[1:].sum())) if return_error else Y
 
 
@@ -224,7 +230,7 @@ def _lle_arpack(w: torch.Tensor, idx: torch.Tensor, k: int, seed: int):
 
 
 # --- asymmetric MDS -----------------------------------------------------------------------------
-def _check_square(d, name: str = "dissimilarity") -> torch.Tensor:
+def _check_square(d, name: str = "d (the dissimilarity)") -> torch.Tensor:
     D = as_tensor(d, name, ndim=(2,))
     if D.shape[0] != D.shape[1]:
         raise ValueError(
@@ -244,13 +250,14 @@ def classical_mds(d, n_components: int = 2) -> torch.Tensor:
     :math:`V_{:, 1..p} \Lambda^{1/2}_{1..p}` from the top eigenpairs (negative eigenvalues clipped).
     """
     D = _check_square(d)
+    out_dtype, D = D.dtype, D.to(compute_dtype(D.dtype))  # no eigh in half precision
     n = D.shape[0]
     n_components = check_positive_int(n_components, "n_components", maximum=n)
     J = torch.eye(n, dtype=D.dtype, device=D.device) - 1.0 / n
     B = -0.5 * J @ (D * D) @ J
     evals, evecs = torch.linalg.eigh((B + B.T) / 2)
     evals, evecs = evals.flip(0)[:n_components], evecs.flip(1)[:, :n_components]
-    return evecs * evals.clamp(min=0).sqrt()
+    return (evecs * evals.clamp(min=0).sqrt()).to(out_dtype)
 
 
 @dataclass
@@ -297,6 +304,7 @@ def asymmetric_mds(
     ``d (n, n)`` (the diagonal is ignored). Returns :class:`AsymmetricMDS`.
     """
     D = _check_square(d)
+    out_dtype, D = D.dtype, D.to(compute_dtype(D.dtype))  # no pinv in half precision
     n = D.shape[0]
     n_components = check_positive_int(n_components, "n_components", maximum=n)
     n_iter = check_positive_int(n_iter, "n_iter", minimum=0)
@@ -342,7 +350,7 @@ def asymmetric_mds(
     Y = Y.detach()
     sym = float((Wt * (S - _pdist(Y)) ** 2).sum())
     skew = float((Wt * (A - (r[None, :] - r[:, None])) ** 2).sum())
-    return AsymmetricMDS(Y, r, sym + skew, sym, skew)
+    return AsymmetricMDS(Y.to(out_dtype), r.to(out_dtype), sym + skew, sym, skew)
 
 
 # --- neighbourhood scores: trustworthiness and continuity -----------------------------------------
@@ -422,6 +430,7 @@ def _check_embeddings(y, x):
     for a, ya in enumerate(ys):
         name = "y" if single else f"y[{a}]"
         Y = check_points(ya, name).to(x.device)
+        Y = Y.to(compute_dtype(Y.dtype))  # half precision: distances in float32
         if Y.shape[0] != x.shape[0]:
             raise ValueError(
                 f"{name} has {Y.shape[0]} points but x has {x.shape[0]}; they must match"
@@ -434,6 +443,7 @@ def _neighborhood_scores(x, y, n_neighbors, anchors, trust: bool, cont: bool):
     """Per-point trustworthiness and continuity ``(E, K, m)`` (float64, CPU), in one pass over
     the distances of ``x`` from the anchors (the expensive part), shared by every embedding."""
     x = check_points(x, "x")
+    x = x.to(compute_dtype(x.dtype))  # half precision: distances in float32
     n = x.shape[0]
     many = not isinstance(n_neighbors, numbers.Integral)
     ks = check_positive_ints(n_neighbors, "n_neighbors") if many else [n_neighbors]
@@ -503,14 +513,14 @@ def trustworthiness(x, y, n_neighbors: int = 5):
     ranks ties as its sort happens to leave them). Without ties, the
     number of scikit-learn's ``sklearn.manifold.trustworthiness`` (Euclidean metric), without
     its dense ``(n, n)`` distance and rank matrices: the distances of ``x`` are formed in row
-    chunks under the memory budget (one fused matrix product per chunk, in ``x``'s dtype — in
-    float32 distances that agree to about 7 digits may swap), and each rank is a count of the
+    chunks under the memory budget (one fused matrix product per chunk, in ``x``'s dtype, or
+    float32 for half precision — in float32 distances that agree to about 7 digits may swap), and each rank is a count of the
     smaller distances in the chunk's rows (one sort per row when many embeddings are scored).
 
     ``x (n, d)``; ``y (n, p)`` → a float, or a list or tuple of embeddings ``(n, p_a)`` → a list of
     floats, all scored in one pass over the distances of ``x`` (the expensive part). Needs
-    ``n_neighbors < n / 2``. The embedding neighbours are found in each ``y``'s own dtype, on
-    ``x``'s device. :func:`trustworthiness_continuity` gives several ``k`` at once, with
+    ``n_neighbors < n / 2``. The embedding neighbours are found in each ``y``'s own dtype
+    (float32 for half precision), on ``x``'s device. :func:`trustworthiness_continuity` gives several ``k`` at once, with
     :func:`continuity`.
     """
     if not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool):

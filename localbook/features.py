@@ -22,7 +22,13 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._validate import as_tensor, check_choice, check_fraction, check_positive_int
+from ._validate import (
+    as_tensor,
+    check_choice,
+    check_fraction,
+    check_positive_int,
+    promote_floats,
+)
 from .datasets import _spurious_dims
 
 __all__ = [
@@ -66,7 +72,7 @@ def hermite(k, x, normalized: bool = False) -> torch.Tensor:
     :math:`h_k` are orthonormal. ``x`` any shape; returns the same shape.
     """
     k = check_positive_int(k, "k", minimum=0)
-    x = as_tensor(x, "x", ndim=(0, 1, 2, 3), allow_empty=True, finite=False)
+    x = as_tensor(x, "x", ndim=(0, 1, 2, 3), allow_empty=True)
     prev, cur = torch.ones_like(x), x.clone()
     if k == 0:
         cur = prev
@@ -159,12 +165,7 @@ def hermite_activation(
     coefficients: Sequence[float], name: Optional[str] = None
 ) -> Activation:
     r"""The activation :math:`\sigma = \sum_l c_l h_l` from normalized-Hermite coefficients ``c``."""
-    c = np.asarray(coefficients, dtype=np.float64)
-    if c.ndim != 1 or c.size == 0 or not np.all(np.isfinite(c)):
-        raise ValueError(
-            f"coefficients must be a non-empty 1-D list of finite numbers, got {coefficients!r}"
-        )
-    c = tuple(float(v) for v in c)
+    c = tuple(as_tensor(coefficients, "coefficients", ndim=(1,)).double().tolist())
     if name is None:
         name = (
             "+".join(
@@ -328,14 +329,16 @@ def gaussian_weights(
     ) / math.sqrt(d)
 
 
-def _check_z_w(Z, W):
-    Z = as_tensor(Z, "Z", ndim=(1, 2))
+def _check_z_w(Z, W, name: str = "Z"):
+    Z, W = promote_floats(Z, W)
+    Z = as_tensor(Z, name, ndim=(1, 2))
     if Z.ndim == 1:
         Z = Z[None, :]
     W = as_tensor(W, "W", like=Z, ndim=(2,))
     if W.shape[1] != Z.shape[1]:
         raise ValueError(
-            f"W has {W.shape[1]} input dimension(s) but Z has d = {Z.shape[1]}; they must match"
+            f"W has {W.shape[1]} input dimension(s) but {name} has d = {Z.shape[1]}; "
+            "they must match"
         )
     return Z, W
 
@@ -373,8 +376,9 @@ def ntk_kernel(Z1, Z2, W, activation="relu") -> torch.Tensor:
 
     Equals ``ntk_features(Z1, W) @ ntk_features(Z2, W).T`` at ``O(N₁N₂(d+k))`` cost.
     """
-    Z1, W = _check_z_w(Z1, W)
-    Z2, _ = _check_z_w(as_tensor(Z2, "Z2", like=Z1, ndim=(1, 2)), W)
+    Z1, Z2, W = promote_floats(Z1, Z2, W)
+    Z1, W = _check_z_w(Z1, W, "Z1")
+    Z2, _ = _check_z_w(Z2, W, "Z2")
     act = get_activation(activation)
     d, k = W.shape[1], W.shape[0]
     return (Z1 @ Z2.T / d) * (act.grad(Z1 @ W.T) @ act.grad(Z2 @ W.T).T / k)
@@ -431,15 +435,19 @@ def alignment_profile(
     truncated; other activations are truncated at ``degree`` with quadrature coefficients.
     ``rho`` in [−1, 1], a number (returns a float) or a sequence (returns a float64 tensor).
     """
-    many = (
-        isinstance(rho, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(rho) == 1
-    )
-    vals = [float(r) for r in (rho if many else [rho])]
-    if any(not (-1.0 <= r <= 1.0) for r in vals):
-        raise ValueError(f"rho is a correlation and must be in [-1, 1], got {rho}")
+    r = _numbers(rho, "rho")
+    if bool(((r < -1.0) | (r > 1.0)).any()):
+        raise ValueError(f"rho is a correlation and must be in [-1, 1], got {r.tolist()}")
     num, den = _profile_parts(act, model, degree, n_nodes)
-    out = num(torch.tensor(vals, dtype=torch.float64)) / den
-    return out if many else float(out[0])
+    out = num(r.reshape(-1)) / den
+    return out if r.ndim else float(out[0])
+
+
+def _numbers(value, name: str) -> torch.Tensor:
+    """A number (a 0-d float64 tensor back) or a 1-D array of numbers, finite."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a number or a 1-D array of numbers, got a bool")
+    return as_tensor(value, name, ndim=(0, 1)).to(torch.float64)
 
 
 def alignment_limit(
@@ -462,15 +470,10 @@ def alignment_limit(
     :math:`\kappa_0(\rho) = (\pi - \arccos\rho)/2\pi`); other activations are truncated at ``degree``.
     ``alpha`` in (0, 1), a number (returns a float) or a sequence (returns a float64 tensor).
     """
-    many = (
-        isinstance(alpha, (list, tuple, np.ndarray, torch.Tensor))
-        and np.ndim(alpha) == 1
-    )
-    alphas = [
-        check_fraction(float(a), "alpha", meaning=" (the spurious fraction d_y/d)")
-        for a in (alpha if many else [alpha])
-    ]
-    return alignment_profile(act, alphas if many else alphas[0], model, degree, n_nodes)
+    a = _numbers(alpha, "alpha")
+    for v in a.reshape(-1).tolist():
+        check_fraction(v, "alpha", meaning=" (the spurious fraction d_y/d)")
+    return alignment_profile(act, a if a.ndim else float(a), model, degree, n_nodes)
 
 
 def finite_d_alignment(

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._validate import check_positive_float, check_positive_int
+from ._validate import check_indices, check_positive_float, check_positive_int
 from .notebook import progress_enabled
 
 __all__ = [
@@ -77,14 +77,23 @@ class CharTokenizer:
         return "".join(self.chars[i] for i in ids)
 
 
-def _check_tokens(tokens, name="tokens") -> torch.Tensor:
-    if (
-        not isinstance(tokens, torch.Tensor)
-        or tokens.dtype not in (torch.int64, torch.int32)
-        or tokens.ndim != 1
-    ):
-        raise TypeError(f"{name} must be a 1-D integer tensor of token ids")
-    return tokens.long()
+def _check_tokens(tokens, name="tokens", vocab_size=None, min_len: int = 2) -> torch.Tensor:
+    """A 1-D sequence of token ids (any integer dtype) as a long tensor on its device: ids
+    ``≥ 0``, below ``vocab_size`` when given, at least ``min_len`` of them."""
+    t = check_indices(tokens, name, vocab_size, ndim=(1,), what="token ids")
+    if t.numel() < min_len:
+        raise ValueError(
+            f"{name} must hold at least {min_len} token ids (an input and its next "
+            f"token), got {t.numel()}"
+        )
+    if vocab_size is None and int(t.min()) < 0:
+        raise ValueError(f"{name} must hold token ids >= 0, got {int(t.min())}")
+    return t
+
+
+def _vocab(model) -> Optional[int]:
+    v = getattr(model, "vocab_size", None)
+    return v if isinstance(v, int) else None
 
 
 def sample_batch(
@@ -140,7 +149,7 @@ def train_language_model(
 
     from tqdm.auto import tqdm
 
-    tokens = _check_tokens(tokens)
+    tokens = _check_tokens(tokens, vocab_size=_vocab(model))
     n_steps = check_positive_int(n_steps, "n_steps")
     lr = check_positive_float(lr, "lr")
     log_every = check_positive_int(log_every, "log_every")
@@ -196,7 +205,7 @@ def evaluate_loss(
     """
     if reduction not in ("mean", "none"):
         raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
-    tokens = _check_tokens(tokens)
+    tokens = _check_tokens(tokens, vocab_size=_vocab(model))
     context = check_positive_int(context, "context", maximum=max(1, tokens.numel() - 1))
     max_windows = check_positive_int(max_windows, "max_windows")
     n = min(max_windows, (tokens.numel() - 1) // context)
@@ -217,14 +226,8 @@ def evaluate_loss(
 # --- discrete kernels ----------------------------------------------------------------------------
 def bigram_counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """``C[a, b] = #{t : x_t = a, x_{t+1} = b}``, ``(V, V)`` in the default float dtype."""
-    tokens = _check_tokens(tokens)
     V = check_positive_int(vocab_size, "vocab_size")
-    if tokens.numel() < 2:
-        raise ValueError("tokens must hold at least two ids to count bigrams")
-    if int(tokens.min()) < 0 or int(tokens.max()) >= V:
-        raise ValueError(
-            f"tokens must be ids in [0, {V}), got values in [{int(tokens.min())}, {int(tokens.max())}]"
-        )
+    tokens = _check_tokens(tokens, vocab_size=V)
     flat = tokens[:-1] * V + tokens[1:]
     return (
         torch.bincount(flat, minlength=V * V).view(V, V).to(torch.get_default_dtype())
@@ -282,11 +285,7 @@ class DiscreteKernel(nn.Module):
         return torch.softmax(self.log_matrix(), dim=-1)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        if not isinstance(idx, torch.Tensor) or idx.dtype not in (
-            torch.int64,
-            torch.int32,
-        ):
-            raise TypeError("idx must be an integer tensor of token ids")
+        idx = check_indices(idx, "idx", self.vocab_size, what="token ids")
         return self.log_matrix()[idx]
 
 

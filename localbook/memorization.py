@@ -41,6 +41,8 @@ from ._validate import (
     check_positive_float,
     check_positive_int,
     check_targets,
+    compute_dtype,
+    promote_floats,
 )
 from .datasets import _spurious_dims, spurious_gaussian_data
 from .features import gaussian_weights, get_activation, ntk_kernel, random_features
@@ -55,7 +57,9 @@ __all__ = [
 ]
 
 
-def _check_features(Phi) -> torch.Tensor:
+def _check_features(Phi, compute: bool = False):
+    """``Phi (N, p)``, ``N ≤ p``; with ``compute``, ``(Phi in its compute dtype, its dtype)``
+    (half precision is factorized in float32 and returned in its own dtype)."""
     Phi = as_tensor(Phi, "Phi", ndim=(2,))  # finite check without a full-size temporary
     n, p = Phi.shape
     if n > p:
@@ -64,7 +68,7 @@ def _check_features(Phi) -> torch.Tensor:
             "(the N×N kernel ΦΦᵀ has rank ≤ p < N, so no θ fits arbitrary targets exactly). "
             "Use more features (p ≥ N) or fewer samples."
         )
-    return Phi
+    return (Phi.to(compute_dtype(Phi.dtype)), Phi.dtype) if compute else Phi
 
 
 def _cholesky(Phi: torch.Tensor) -> torch.Tensor:
@@ -95,7 +99,7 @@ def _check_theta0(theta0, p: int, like: torch.Tensor) -> Optional[torch.Tensor]:
 
 def _residual(Phi, G, theta0):
     """Targets minus the initial model's outputs, ``r = G − Φθ₀``, as ``(N, c)``."""
-    G2, squeeze = check_targets(G, Phi.shape[0], like=Phi, name="G")
+    G2, squeeze = check_targets(G, Phi.shape[0], like=Phi, name="G", data_name="Phi")
     t0 = _check_theta0(theta0, Phi.shape[1], Phi)
     if t0 is not None:
         t2 = t0[:, None] if t0.ndim == 1 else t0
@@ -115,13 +119,14 @@ def min_norm_fit(Phi, G, theta0=None) -> torch.Tensor:
     of the ``N×N`` kernel (no pseudo-inverse of ``Φ``). Shapes: ``Phi (N, p)`` with ``N ≤ p``,
     ``G (N,)`` or ``(N, c)``, ``theta0 (p,)`` or ``(p, c)`` (default 0). Returns ``(p,)`` or ``(p, c)``.
     """
-    Phi = _check_features(Phi)
+    Phi, G, theta0 = promote_floats(Phi, G, theta0)
+    Phi, out_dtype = _check_features(Phi, compute=True)
     r, squeeze, t0 = _residual(Phi, G, theta0)
     L = _cholesky(Phi)
     theta = Phi.T @ torch.cholesky_solve(r, L)
     if t0 is not None:
         theta = theta + (t0[:, None] if t0.ndim == 1 else t0)
-    return theta[:, 0] if squeeze else theta
+    return (theta[:, 0] if squeeze else theta).to(out_dtype)
 
 
 def _check_query_features(phi_z, Phi: torch.Tensor):
@@ -165,7 +170,8 @@ def feature_alignment(Phi, i, phi_z) -> torch.Tensor:
     ``None`` for every ``i``. Returns ``()``/``(m,)`` for one ``i``, ``(N,)``/``(m, N)`` for all.
     ``F(z_i, z_i) = 1``.
     """
-    Phi = _check_features(Phi)
+    Phi, phi_z = promote_floats(Phi, phi_z)
+    Phi, out_dtype = _check_features(Phi, compute=True)
     cols, one = _index_or_all(i, Phi.shape[0])
     q, single = _check_query_features(phi_z, Phi)
     L = _cholesky(Phi)
@@ -174,7 +180,7 @@ def feature_alignment(Phi, i, phi_z) -> torch.Tensor:
     )  # K⁻¹
     F = _alignment_columns(Phi, A, q, cols)
     F = F[:, 0] if one else F
-    return F[0] if single else F
+    return (F[0] if single else F).to(out_dtype)
 
 
 def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
@@ -187,7 +193,8 @@ def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
     ``(m, p)``, ``theta0 (p,)`` (default 0; the result does not depend on it when ``θ₀ = 0``).
     Returns ``()``/``(m,)`` for one ``i``, ``(N,)``/``(m, N)`` for all.
     """
-    Phi = _check_features(Phi)
+    Phi, G, phi_z, theta0 = promote_floats(Phi, G, phi_z, theta0)
+    Phi, out_dtype = _check_features(Phi, compute=True)
     n = Phi.shape[0]
     cols, one = _index_or_all(i, n)
     r, squeeze, _ = _residual(Phi, G, theta0)
@@ -203,7 +210,7 @@ def stability(Phi, G, i, phi_z, theta0=None) -> torch.Tensor:
     self_stab = (A @ r)[:, 0] / torch.diagonal(A)  # S_{z_j}(z_j) for every j, (N,)
     S = _alignment_columns(Phi, A, q, cols) * self_stab[cols]
     S = S[:, 0] if one else S
-    return S[0] if single else S
+    return (S[0] if single else S).to(out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -49,9 +49,10 @@ from ._validate import (
     check_positive_float,
     check_positive_int,
     check_positive_ints,
+    check_views,
 )
 from .entmax import entmax15
-from .sagl_graphs import _check_views, _scatter_rows
+from .sagl_graphs import _scatter_rows
 
 __all__ = ["SparseAttentionGraph", "sagl_loss", "effective_neighbours"]
 
@@ -334,7 +335,7 @@ class SparseAttentionGraph(nn.Module):
         """One pass (see the class docstring). ``omega``: hold every gate at this value in
         ``[0, 1]`` instead of the MLP's output; ``beta_scale``: multiply the inverse
         temperatures ``β`` (both are interventions for diagnostics, not for training)."""
-        views = _check_views(views, like=next(self.parameters()))
+        views = check_views(views, like=next(self.parameters()))
         beta_scale = check_positive_float(beta_scale, "beta_scale")
         if omega is not None:
             omega = check_positive_float(omega, "omega", allow_zero=True)
@@ -441,6 +442,13 @@ def sagl_loss(
     (``(n, m, d_v)`` each) of the views it expresses; they do not change during training.
     """
     objective = check_choice(objective, "objective", OBJECTIVES)
+    views = check_views(views, like=out["recon"][0])
+    shapes = [tuple(x.shape) for x in out["recon"]]
+    if [tuple(x.shape) for x in views] != shapes:
+        raise ValueError(
+            f"views must be the views the model ran on, of shapes {shapes}; got "
+            f"{[tuple(x.shape) for x in views]}"
+        )
     se = out["weights"][0].new_zeros(())
     if out["kind"] != "identity":
         for g, (w, index) in enumerate(zip(out["weights"], out["index"])):

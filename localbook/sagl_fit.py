@@ -18,6 +18,8 @@ from ._validate import (
     check_choice,
     check_positive_float,
     check_positive_int,
+    check_views,
+    compute_dtype,
 )
 from .sagl import OBJECTIVES, SparseAttentionGraph, effective_neighbours, sagl_loss
 from .sagl_graphs import (
@@ -73,6 +75,8 @@ def view_candidates(xs: Sequence[torch.Tensor], m: int, shared: bool = False):
     """Candidate indices, one ``(n, m)`` per graph: each view's ``m`` nearest other points in
     that view (``shared``: one index, in the concatenated views). ``m = n − 1`` is every
     other point, the all-pairs graph."""
+    xs = check_views(xs, "xs")
+    m = check_positive_int(m, "m")
     n = xs[0].shape[0]
     if m >= n - 1:  # every other point, in ascending order
         others = torch.arange(n - 1, device=xs[0].device).repeat(n, 1)
@@ -108,7 +112,8 @@ def fit_sagl(
     Views are standardized; each graph's candidates are the ``n_candidates`` nearest points in
     its own view (:func:`view_candidates`; ``None``: every other point). Weights are drawn
     in float32 with ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng`` (the caller's
-    RNG state and default dtype are left untouched; the model then takes the views' dtype). **Stopping rule** (a loss plateau): stop at step ``t ≥ window`` once
+    RNG state and default dtype are left untouched; the model then takes the views' dtype,
+    float32 for half-precision views). **Stopping rule** (a loss plateau): stop at step ``t ≥ window`` once
     ``L_{t−window} − L_t < tol·|L_{t−window}|``, or at ``max_steps``. The identity graph
     trains its encoders and decoders on the reconstruction term alone. ``callback(step, model_output)`` is called every
     ``callback_every`` steps and at the end; its results are kept in ``history``.
@@ -146,6 +151,7 @@ def fit_sagl(
             )
         finally:
             torch.set_default_dtype(default_dtype)
+    xs = [x.to(compute_dtype(x.dtype)) for x in xs]  # half precision trains in float32
     model = model.to(device=xs[0].device, dtype=xs[0].dtype)
     index = view_candidates(xs, min(m, n - 1), shared=model.shared)
     losses, history = [], []

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import List, Optional
+from typing import List
 
 import torch
 
@@ -26,6 +26,8 @@ from ._validate import (
     as_tensor,
     check_positive_float,
     check_positive_int,
+    check_views,
+    compute_dtype,
 )
 from .entmax import entmax15
 
@@ -44,39 +46,9 @@ __all__ = [
 ]
 
 
-def _check_views(
-    views, name: str = "views", like: Optional[torch.Tensor] = None
-) -> List[torch.Tensor]:
-    if isinstance(views, torch.Tensor) or not isinstance(views, (list, tuple)):
-        raise TypeError(
-            f"{name} must be a list of (n, d_v) arrays, one per view, got {type(views).__name__}"
-        )
-    if len(views) == 0:
-        raise ValueError(f"{name} is empty; at least one view is needed")
-    out = []
-    for v, x in enumerate(views):
-        t = as_tensor(
-            x,
-            f"{name}[{v}]",
-            like=like if like is not None else (out[0] if out else None),
-            ndim=(2,),
-        )
-        if out and t.shape[0] != out[0].shape[0]:
-            raise ValueError(
-                f"{name}[{v}] has {t.shape[0]} rows but {name}[0] has {out[0].shape[0]}; "
-                "every view must describe the same samples"
-            )
-        out.append(t)
-    if out[0].shape[0] < 2:
-        raise ValueError(
-            f"{name} must hold at least 2 samples to build a graph, got {out[0].shape[0]}"
-        )
-    return out
-
-
 def standardize_views(views) -> List[torch.Tensor]:
     """Centre each feature and scale each view to unit mean squared row norm (``(n, d_v)`` each)."""
-    views = _check_views(views)
+    views = check_views(views)
     out = []
     for x in views:
         x = x - x.mean(0)
@@ -90,7 +62,7 @@ def reduce_views(views, dim: int = 50) -> List[torch.Tensor]:
     """Project each view onto its ``dim`` leading principal components (views with at most
     ``dim`` features are only centred). A cost saver for wide views: distances within a view
     change only by the discarded variance. Returns a list of ``(n, min(d_v, dim))`` tensors."""
-    views = _check_views(views)
+    views = check_views(views)
     dim = check_positive_int(dim, "dim")
     out = []
     for x in views:
@@ -98,8 +70,9 @@ def reduce_views(views, dim: int = 50) -> List[torch.Tensor]:
         if x.shape[1] <= dim:
             out.append(xc)
             continue
-        _, _, vt = torch.linalg.svd(xc, full_matrices=False)
-        out.append(xc @ vt[:dim].T)
+        c = compute_dtype(x.dtype)  # no SVD in half precision
+        _, _, vt = torch.linalg.svd(xc.to(c), full_matrices=False)
+        out.append((xc.to(c) @ vt[:dim].T).to(x.dtype))
     return out
 
 
@@ -115,9 +88,11 @@ def candidate_neighbours(views, m: int):
     x = _concat(views)
     n = x.shape[0]
     m = check_positive_int(m, "m", maximum=n - 1)
-    d = torch.cdist(x, x)
+    xc = x.to(compute_dtype(x.dtype))  # no cdist in half precision
+    d = torch.cdist(xc, xc)
     d.fill_diagonal_(math.inf)
-    return d.topk(m, dim=1, largest=False)
+    dist, index = d.topk(m, dim=1, largest=False)
+    return dist.to(x.dtype), index
 
 
 def _scatter_rows(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -139,7 +114,7 @@ def fused_knn_graph(views, k: int = 10) -> torch.Tensor:
     """The mean over views of each view's own ``k``-NN graph (:func:`knn_graph` of one
     standardized view): row ``i`` puts ``1/(kL)`` on each of its ``k`` nearest points in
     each of the ``L`` views. Returns a dense ``(n, n)`` graph."""
-    return torch.stack([knn_graph([x], k) for x in _check_views(views)]).mean(0)
+    return torch.stack([knn_graph([x], k) for x in check_views(views)]).mean(0)
 
 
 def dense_attention_graph(views, temperature: float = 1.0) -> torch.Tensor:

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch.nn import functional as F
 
-from ._validate import as_tensor, check_positive_float
+from ._validate import as_tensor, check_indices, check_positive_float
 
 __all__ = ["AttentionGraph", "attention_graph"]
 
@@ -63,7 +63,7 @@ def attention_graph(
     threshold = check_positive_float(threshold, "threshold", allow_zero=True)
     labels = list(labels)
     if groups is not None:
-        groups = torch.as_tensor(groups, dtype=torch.long, device=w.device)
+        groups = check_indices(groups, "groups", T, device=w.device, what="group ids")
         if groups.shape != (T,):
             raise ValueError(
                 f"groups must have one id per position ({T},), got shape {tuple(groups.shape)}"
@@ -75,7 +75,11 @@ def attention_graph(
         W = w
     N = W.shape[0]
     if len(labels) != N:
-        raise ValueError(f"labels must name the {N} nodes, got {len(labels)}")
+        raise ValueError(
+            f"labels must name the {N} nodes"
+            + (" (the ids 0.. of groups)" if groups is not None else "")
+            + f", got {len(labels)}"
+        )
     keep = W >= threshold
     if not self_loops:
         keep &= ~torch.eye(N, dtype=torch.bool, device=W.device)

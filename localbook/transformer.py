@@ -14,7 +14,13 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from ._validate import check_choice, check_positive_float, check_positive_int
+from ._validate import (
+    as_tensor,
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+)
 from .attention import WEIGHTS, _attend
 
 __all__ = ["LocalMeanAttention", "LocalTransformer"]
@@ -75,15 +81,18 @@ class LocalMeanAttention(nn.Module):
         return 1 + torch.sigmoid(self.alpha_logit)
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
-        if (
-            not isinstance(x, torch.Tensor)
-            or x.shape[-1] != self.d_model
-            or x.ndim not in (2, 3)
-        ):
+        """``x (B, T, d_model)`` or ``(T, d_model)``, any real dtype (computed in the
+        module's dtype), finite and non-empty."""
+        x = as_tensor(x, "x", like=self.qkv.weight, ndim=(2, 3))
+        if x.shape[-1] != self.d_model:
             raise ValueError(
-                f"x must be a tensor of shape (B, T, {self.d_model}) or (T, {self.d_model}), "
-                f"got {tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}"
+                f"x must have shape (B, T, {self.d_model}) or (T, {self.d_model}), got "
+                f"{tuple(x.shape)}"
             )
+        return self._forward(x, check_bool(return_weights, "return_weights"))
+
+    def _forward(self, x: torch.Tensor, return_weights: bool = False):
+        """:meth:`forward` on a checked tensor (the blocks of :class:`LocalTransformer`)."""
         unbatched = x.ndim == 2
         if unbatched:
             x = x[None]
@@ -129,7 +138,7 @@ class _Block(nn.Module):
         )
 
     def forward(self, x, return_weights=False):
-        a = self.attn(self.ln1(x), return_weights=return_weights)
+        a = self.attn._forward(self.ln1(x), return_weights=return_weights)
         a, w = a if return_weights else (a, None)
         x = x + a
         x = x + self.ff(self.ln2(x))

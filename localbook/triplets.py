@@ -24,9 +24,12 @@ import torch
 from ._validate import (
     as_tensor,
     check_choice,
+    check_indices,
     check_points,
     check_positive_float,
     check_positive_int,
+    compute_dtype,
+    promote_floats,
 )
 from .embedding import _knn_self, _row_sq_dist
 
@@ -42,19 +45,20 @@ __all__ = [
 ]
 
 
-def _check_triplets(triplets, n: int, device) -> torch.Tensor:
-    t = torch.as_tensor(triplets, device=device)
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(
-            f"triplets must be an integer array of (i, j, k) indices, got dtype {t.dtype}"
-        )
-    if t.ndim != 2 or t.shape[1] != 3:
+def _check_triplets(triplets, n: int, device, data: str = "y") -> torch.Tensor:
+    """``(m, 3)`` integer indices into the ``n`` points of ``data`` (any integer dtype)."""
+    t = check_indices(triplets, "triplets", device=device, ndim=(2,), what="indices")
+    if t.shape[1] != 3:
         raise ValueError(f"triplets must have shape (m, 3), got {tuple(t.shape)}")
     if t.shape[0] == 0:
         raise ValueError("triplets is empty; at least one (i, j, k) triplet is needed")
-    if bool((t < 0).any()) or bool((t >= n).any()):
-        raise ValueError(f"triplets holds indices outside [0, {n - 1}]")
-    return t.long()
+    lo, hi = torch.aminmax(t)
+    if int(lo) < 0 or int(hi) >= n:
+        raise ValueError(
+            f"triplets holds indices outside [0, {n - 1}] (from {int(lo)} to {int(hi)}): "
+            f"{data} has {n} points"
+        )
+    return t
 
 
 def _softplus(z):
@@ -107,6 +111,7 @@ def triplet_loss(
     """
     kind = check_choice(kind, "kind", KINDS)
     alpha = check_positive_float(alpha, "alpha")
+    y, weights = promote_floats(y, weights)
     Y = check_points(y, "y")
     t = _check_triplets(triplets, Y.shape[0], Y.device)
     w = None
@@ -277,7 +282,9 @@ def triplet_embedding(
     triplets' points are summed by one ``scatter_add_``), so a step costs a few passes over the
     triplets, about :math:`53n` of them with the defaults.
     """
+    x, init = promote_floats(x, init)
     x = check_points(x, "x")
+    out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # half precision: in float32
     n_components = check_positive_int(n_components, "n_components", maximum=x.shape[1])
     n_iter = check_positive_int(n_iter, "n_iter", minimum=0)
     lr = check_positive_float(lr, "lr")
@@ -304,6 +311,7 @@ def triplet_embedding(
         _fit_triplets(Y0, *_trimap_sample(x, knn, *args, s_), n_iter, lr, kind, alpha)
         for s_ in seeds
     ]
+    out = [Y.to(out_dtype) for Y in out]
     return out[0] if single else out
 
 
@@ -427,7 +435,7 @@ def ordinal_embedding(
     kind = check_choice(kind, "kind", KINDS)
     alpha = check_positive_float(alpha, "alpha")
     device = torch.device(device) if device is not None else torch.device("cpu")
-    t = _check_triplets(triplets, n_points, device)
+    t = _check_triplets(triplets, n_points, device, "n_points")
     dtype = dtype or torch.get_default_dtype()
     g = torch.Generator(device="cpu").manual_seed(seed)
     Y0 = (1e-2 * torch.randn(n_points, n_components, generator=g, dtype=dtype)).to(
