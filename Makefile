@@ -97,7 +97,8 @@ tex:
 pdf: $(STAMP) data tex
 	$(check_cache)
 	rm -f $(PDF)
-	$(VENV)/bin/jupyter-book build --all . --builder pdflatex -W -n --keep-going
+	LATEXOPTS='-interaction=nonstopmode -halt-on-error' \
+	  $(VENV)/bin/jupyter-book build --all . --builder pdflatex -W -n --keep-going
 	test -s $(PDF)
 	mkdir -p _build/html && cp $(PDF) _build/html/
 	@echo "PDF built: $(PDF)"

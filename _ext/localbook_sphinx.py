@@ -559,12 +559,45 @@ def latex_glyph_fallback(chars) -> str:
     )
 
 
+def label_exercises_for_latex(app, doctree, docname):
+    r"""LaTeX targets for ``{ref}`` links to exercises, such as the teaching page's table.
+
+    sphinx-exercise labels an exercise ``exercise:<label>`` in LaTeX, but a ``{ref}`` to it
+    becomes ``\ref{<docname>:<label>}``, undefined in the PDF. Before each exercise, this adds
+    that label too, numbered as the exercise's title (``Exercise 1.7.1``).
+    """
+    if app.builder.format != "latex":
+        return
+    from sphinx_exercise.nodes import exercise_enumerable_node
+
+    registry = getattr(app.env, "sphinx_exercise_registry", {})
+    for node in list(doctree.findall(exercise_enumerable_node)):
+        label = node.get("label")
+        doc = registry.get(label, {}).get("docname")
+        number = re.search(r"\d+(?:\.\d+)*", node.children[0].astext())
+        if not (label and doc and number):
+            continue
+        tex = (
+            "\\phantomsection\\expandafter\\def\\csname @currentlabel\\endcsname"
+            f"{{{number.group(0)}}}\\label{{\\detokenize{{{doc}:{label}}}}}\n"
+        )
+        node.parent.insert(node.parent.index(node), nodes.raw("", tex, format="latex"))
+
+
+def copy_pdf_into_site(app):
+    """An HTML build copies the PDF that ``make pdf`` built, when there is one, into the site."""
+    pdf = Path(app.outdir).parent / "latex" / PDF_NAME
+    if pdf.is_file() and app.builder.format == "html":
+        app.config.html_extra_path = list(app.config.html_extra_path) + [str(pdf)]
+
+
 def configure_pdf(app, config):
     """One macro table for both outputs, and the PDF on the website.
 
     The LaTeX preamble gets the MathJax macros of ``_config.yml`` (``mathjax3_config``), so
     the PDF typesets the same ``\\R``, ``\\argmin``, ... as the site, and a glyph fallback for
-    the characters the book uses (``latex_glyph_fallback``). The HTML pages get a
+    the characters the book uses (``latex_glyph_fallback``); ``{ref}`` links to exercises
+    resolve in the PDF (``label_exercises_for_latex``). The HTML pages get a
     download button for the book's PDF; when ``make pdf`` has built it, the HTML build also
     copies it into the site (``html_extra_path``), and ``make pdf`` copies it there itself.
     """
@@ -579,10 +612,9 @@ def configure_pdf(app, config):
         + "\n"
     )
     config.latex_elements = elements
-    pdf = Path(app.outdir).parent / "latex" / PDF_NAME
-    if pdf.is_file() and app.buildername in ("html", "dirhtml"):
-        config.html_extra_path = list(config.html_extra_path) + [str(pdf)]
+    app.connect("builder-inited", copy_pdf_into_site)
     app.connect("html-page-context", add_pdf_button, priority=502)
+    app.connect("doctree-resolved", label_exercises_for_latex)
 
 
 def setup(app):
