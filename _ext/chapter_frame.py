@@ -73,7 +73,9 @@ def read_frame(path):
         at = titles.index("## Summary")
         if "## Exercises" in titles and titles.index("## Exercises") != at + 1:
             problems.append("'## Summary' is not directly before '## Exercises'")
-        summary = [b.strip() for b in re.findall(r"^- (.*(?:\n  .*)*)", cells[at][1], re.M)]
+        summary = [
+            b.strip() for b in re.findall(r"^- (.*(?:\n  .*)*)", cells[at][1], re.M)
+        ]
         if not 3 <= len(summary) <= 7:
             problems.append(f"{len(summary)} summary bullets (3 to 7 wanted)")
         for bullet in summary:
@@ -166,6 +168,7 @@ def draw_reading_map(root, out_stem):
     for lev in sorted(rows):
         stems = rows[lev]
         if lev:  # under their parents (barycentre order): fewer crossing arrows
+
             def centre(stem):
                 xs = [pos[a][0] for a, b in drawn if b == stem and a in pos]
                 return sum(xs) / len(xs) if xs else width / 2
@@ -177,8 +180,12 @@ def draw_reading_map(root, out_stem):
     for a, b in drawn:
         (x0, y0), (x1, y1) = pos[a], pos[b]
         ax.annotate(
-            "", xy=(x1, y1 + 0.22), xytext=(x0, y0 - 0.22),
-            arrowprops=dict(arrowstyle="->", color="0.45", lw=1.0, shrinkA=0, shrinkB=0),
+            "",
+            xy=(x1, y1 + 0.22),
+            xytext=(x0, y0 - 0.22),
+            arrowprops=dict(
+                arrowstyle="->", color="0.45", lw=1.0, shrinkA=0, shrinkB=0
+            ),
         )
     for number, stem, title in nodes:
         x, y = pos[stem]
@@ -191,7 +198,12 @@ def draw_reading_map(root, out_stem):
                 line = f"{line} {w}".strip()
         lines.append(line)
         ax.text(
-            x, y, f"{number}. " + "\n".join(lines), ha="center", va="center", fontsize=8,
+            x,
+            y,
+            f"{number}. " + "\n".join(lines),
+            ha="center",
+            va="center",
+            fontsize=8,
             bbox=dict(boxstyle="round,pad=0.35", fc="#eef3fb", ec="#4a6fa5"),
         )
     ax.set_xlim(-0.1, width + 0.1)

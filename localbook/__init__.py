@@ -95,7 +95,9 @@ def _all_names():
 
     src = Path(__file__).read_text(encoding="utf-8")
     names = set(_LAZY) | {"estimators", "impute"}
-    for module, imported in re.findall(r"^from \.(\w*) import ([\w, *]+)", src, flags=re.M):
+    for module, imported in re.findall(
+        r"^from \.(\w*) import ([\w, *]+)", src, flags=re.M
+    ):
         if imported.strip() == "*":
             names |= set(importlib.import_module(f".{module}", __name__).__all__)
         else:

@@ -54,7 +54,9 @@ def float_dtype_of(value) -> Optional[torch.dtype]:
     return _NUMPY_FLOATS.get(value.dtype) if isinstance(value, np.ndarray) else None
 
 
-_NUMPY_FLOATS = {np.dtype(f"float{b}"): getattr(torch, f"float{b}") for b in (16, 32, 64)}
+_NUMPY_FLOATS = {
+    np.dtype(f"float{b}"): getattr(torch, f"float{b}") for b in (16, 32, 64)
+}
 
 
 def promoted_dtype(*values) -> Optional[torch.dtype]:
@@ -415,7 +417,9 @@ def check_indices(
         try:
             arr = np.asarray(value)
         except Exception as exc:
-            raise TypeError(f"{name} must be an array of integer {what}: {exc}") from None
+            raise TypeError(
+                f"{name} must be an array of integer {what}: {exc}"
+            ) from None
         if arr.size == 0 and arr.dtype.kind == "f":  # [] is float64 in numpy
             arr = arr.astype(np.int64)
         if arr.dtype.kind not in "iu":
@@ -424,7 +428,9 @@ def check_indices(
             )
         t = torch.as_tensor(arr)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(f"{name} must be an array of integer {what}, got dtype {t.dtype}")
+        raise TypeError(
+            f"{name} must be an array of integer {what}, got dtype {t.dtype}"
+        )
     if ndim is not None and t.ndim not in tuple(ndim):
         raise ValueError(
             f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape "
@@ -485,14 +491,18 @@ def check_alpha(alpha, name: str = "alpha"):
     hold one α per row; a one-element tensor without a gradient becomes a float)."""
     if isinstance(alpha, torch.Tensor):
         if alpha.is_complex() or alpha.dtype == torch.bool:
-            raise TypeError(f"{name} must be a real number or tensor, got dtype {alpha.dtype}")
+            raise TypeError(
+                f"{name} must be a real number or tensor, got dtype {alpha.dtype}"
+            )
         if alpha.numel() == 1 and not alpha.requires_grad:
             alpha = float(alpha)
         else:
             with torch.no_grad():
                 bad = bool((~torch.isfinite(alpha) | (alpha <= 0)).any())
             if bad:
-                raise ValueError(f"{name} must be positive and finite (α > 0) everywhere")
+                raise ValueError(
+                    f"{name} must be positive and finite (α > 0) everywhere"
+                )
             return alpha
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise TypeError(

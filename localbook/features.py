@@ -437,7 +437,9 @@ def alignment_profile(
     """
     r = _numbers(rho, "rho")
     if bool(((r < -1.0) | (r > 1.0)).any()):
-        raise ValueError(f"rho is a correlation and must be in [-1, 1], got {r.tolist()}")
+        raise ValueError(
+            f"rho is a correlation and must be in [-1, 1], got {r.tolist()}"
+        )
     num, den = _profile_parts(act, model, degree, n_nodes)
     out = num(r.reshape(-1)) / den
     return out if r.ndim else float(out[0])
@@ -446,7 +448,9 @@ def alignment_profile(
 def _numbers(value, name: str) -> torch.Tensor:
     """A number (a 0-d float64 tensor back) or a 1-D array of numbers, finite."""
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be a number or a 1-D array of numbers, got a bool")
+        raise TypeError(
+            f"{name} must be a number or a 1-D array of numbers, got a bool"
+        )
     return as_tensor(value, name, ndim=(0, 1)).to(torch.float64)
 
 

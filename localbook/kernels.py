@@ -301,7 +301,10 @@ def _knn(
     nearest rows of ``x`` for each row of ``xq``, on validated tensors, in row chunks under the
     device's budget. ``h`` defaults to 1 (Euclidean); for ``k = 1`` ties go to the first point."""
     m, n = xq.shape[0], x.shape[0]
-    out_dtype, c = x.dtype, compute_dtype(x.dtype)  # half precision: distances in float32
+    out_dtype, c = (
+        x.dtype,
+        compute_dtype(x.dtype),
+    )  # half precision: distances in float32
     xq, x = xq.to(c), x.to(c)
     h = torch.ones(x.shape[1], dtype=c, device=x.device) if h is None else h.to(c)
     center = data_center(x) if center is None else center.to(c)

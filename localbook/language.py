@@ -77,7 +77,9 @@ class CharTokenizer:
         return "".join(self.chars[i] for i in ids)
 
 
-def _check_tokens(tokens, name="tokens", vocab_size=None, min_len: int = 2) -> torch.Tensor:
+def _check_tokens(
+    tokens, name="tokens", vocab_size=None, min_len: int = 2
+) -> torch.Tensor:
     """A 1-D sequence of token ids (any integer dtype) as a long tensor on its device: ids
     ``≥ 0``, below ``vocab_size`` when given, at least ``min_len`` of them."""
     t = check_indices(tokens, name, vocab_size, ndim=(1,), what="token ids")

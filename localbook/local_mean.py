@@ -401,9 +401,7 @@ def select_bandwidth(
     out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # half precision: in float32
     n, d = x.shape
     if n < 2:
-        raise ValueError(
-            f"x has {n} point; leaving one out needs at least 2 points"
-        )
+        raise ValueError(f"x has {n} point; leaving one out needs at least 2 points")
     method = check_choice(method, "method", ["nw", "ll"])
     if method == "ll" and n <= d + 1:
         raise ValueError(

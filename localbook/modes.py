@@ -473,7 +473,11 @@ def pc_shift(
     out_dtype, x = x.dtype, x.to(compute_dtype(x.dtype))  # no eigh in half precision
     n, d = x.shape
     h = check_bandwidth(bandwidth, d, like=x)
-    if isinstance(ridge_dim, int) and not isinstance(ridge_dim, bool) and ridge_dim >= d:
+    if (
+        isinstance(ridge_dim, int)
+        and not isinstance(ridge_dim, bool)
+        and ridge_dim >= d
+    ):
         raise ValueError(
             f"ridge_dim must be below the dimension of x (d = {d}), got {ridge_dim}"
         )

@@ -19,19 +19,27 @@ def test_chapter_has_objectives_prerequisites_time_and_summary(number, stem):
     frame = chapter_frame.read_frame(ROOT / "book" / f"{stem}.ipynb")
     assert frame["problems"] == [], stem
     for text in frame["objectives"]:
-        assert text.split()[0].islower(), f"an objective starts with a verb: {text[:50]!r}"
+        assert text.split()[0].islower(), (
+            f"an objective starts with a verb: {text[:50]!r}"
+        )
     earlier = {s for n, s in CHAPTERS if n < number}
     assert set(frame["builds_on"]) <= earlier, "prerequisites come earlier in the book"
     if number > 1:
-        assert frame["builds_on"], "every chapter after the first builds on an earlier one"
+        assert frame["builds_on"], (
+            "every chapter after the first builds on an earlier one"
+        )
     assert 20 <= frame["minutes"] <= 8 * 60, frame["time"]
 
 
 def test_parser_reports_a_missing_frame(tmp_path):
     import json
 
-    nb = {"cells": [{"cell_type": "markdown", "source": ["# T"], "metadata": {}}] * 2,
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [{"cell_type": "markdown", "source": ["# T"], "metadata": {}}] * 2,
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path = tmp_path / "x.ipynb"
     path.write_text(json.dumps(nb))
     problems = chapter_frame.read_frame(path)["problems"]

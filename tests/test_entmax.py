@@ -292,7 +292,9 @@ def test_tsallis_entropy_rejects_what_is_not_a_probability_vector():
         lb.tsallis_entropy(p * 2, 1.5)
     q = p.clone()
     q[0, :2] = torch.tensor([-0.1, q[0, 0] + q[0, 1] + 0.1])
-    with pytest.raises(ValueError, match=r"\bp\b must be probabilities: it has negative"):
+    with pytest.raises(
+        ValueError, match=r"\bp\b must be probabilities: it has negative"
+    ):
         lb.tsallis_entropy(q, 1.5)
     # the tolerance scales with the dtype's eps: float32 rounding of p is accepted
     assert torch.allclose(lb.tsallis_entropy(p.float(), 1.5).double(), ref_h, atol=1e-6)
@@ -331,7 +333,9 @@ def test_losses_accept_any_integer_targets(loss, dtype):
         t = target.numpy().astype(dtype)
     torch.testing.assert_close(loss(X, t), ref_loss, rtol=0, atol=0)
     # the range is checked before the cast: uint8 255 or int8 -1 is not folded into range
-    with pytest.raises(ValueError, match=r"target holds class indices outside \[0, 3\]"):
+    with pytest.raises(
+        ValueError, match=r"target holds class indices outside \[0, 3\]"
+    ):
         loss(X, torch.tensor([0, 1, 2, 3, 255], dtype=torch.uint8))
     with pytest.raises(ValueError, match=r"target holds class indices outside"):
         loss(X, torch.tensor([0, 1, 2, 3, -1], dtype=torch.int8))

@@ -209,11 +209,14 @@ def test_local_mode_classify_function_matches_one_hot_nadaraya_watson():
 
 # --- issue 27: bandwidth="loo" errors name X and the cause ----------------------------------
 def test_loo_bandwidth_errors_name_the_samples_of_X():
-    with pytest.raises(ValueError, match=r"bandwidth='loo'.*X needs at least 2 samples; got 1"):
+    with pytest.raises(
+        ValueError, match=r"bandwidth='loo'.*X needs at least 2 samples; got 1"
+    ):
         NadarayaWatsonRegressor(bandwidth="loo").fit(np.ones((1, 2)), np.ones(1))
     X = np.random.default_rng(0).normal(size=(3, 2))
     with pytest.raises(
-        ValueError, match=r"bandwidth='loo' with local linear.*n_features \+ 1 = 3 samples"
+        ValueError,
+        match=r"bandwidth='loo' with local linear.*n_features \+ 1 = 3 samples",
     ):
         LocalLinearRegressor(bandwidth="loo").fit(X, np.arange(3.0))
     # three samples are enough for Nadaraya-Watson, four for local linear in the plane

@@ -606,13 +606,18 @@ def test_imputer_feature_names_and_pandas_output():
     X[1, 2] = X[5, 0] = X[9, 3] = np.nan
     df = pd.DataFrame(X, columns=["a", "b", "c", "d"], index=np.arange(100, 115))
     plain = LocalMeanImputer(n_neighbors=3).fit(X)
-    np.testing.assert_array_equal(plain.get_feature_names_out(), ["x0", "x1", "x2", "x3"])
-    np.testing.assert_array_equal(plain.get_feature_names_out(["p", "q", "r", "s"]),
-                                  ["p", "q", "r", "s"])
+    np.testing.assert_array_equal(
+        plain.get_feature_names_out(), ["x0", "x1", "x2", "x3"]
+    )
+    np.testing.assert_array_equal(
+        plain.get_feature_names_out(["p", "q", "r", "s"]), ["p", "q", "r", "s"]
+    )
     imp = LocalMeanImputer(n_neighbors=3).set_output(transform="pandas")
     out = imp.fit_transform(df)
     assert isinstance(out, pd.DataFrame)
-    assert list(out.columns) == ["a", "b", "c", "d"] and list(out.index) == list(df.index)
+    assert list(out.columns) == ["a", "b", "c", "d"] and list(out.index) == list(
+        df.index
+    )
     np.testing.assert_array_equal(imp.get_feature_names_out(), ["a", "b", "c", "d"])
     np.testing.assert_allclose(  # a DataFrame's memory order may change a last bit
         out.to_numpy(), LocalMeanImputer(n_neighbors=3).fit_transform(X), rtol=1e-13

@@ -640,8 +640,10 @@ def test_select_bandwidth_warns_once_when_the_best_is_an_edge_of_the_grid():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lb.select_bandwidth(x, y, np.geomspace(0.05, 2.0, 25))
-    for grid, edge in ((np.geomspace(best * 1.5, 4.0, 5), "smallest"),
-                       (np.geomspace(0.02, best / 1.5, 5), "largest")):
+    for grid, edge in (
+        (np.geomspace(best * 1.5, 4.0, 5), "smallest"),
+        (np.geomspace(0.02, best / 1.5, 5), "largest"),
+    ):
         with pytest.warns(UserWarning) as rec:
             sel = lb.select_bandwidth(x, y, grid)
         msgs = [str(w.message) for w in rec if "select_bandwidth" in str(w.message)]
@@ -652,13 +654,17 @@ def test_select_bandwidth_warns_once_when_the_best_is_an_edge_of_the_grid():
 
 def test_select_bandwidth_takes_per_dimension_candidates():
     rng = np.random.default_rng(1)
-    x = rng.uniform(-1, 1, (60, 2)) * np.array([1.0, 10.0])  # dimension 2: ten times wider
+    x = rng.uniform(-1, 1, (60, 2)) * np.array(
+        [1.0, 10.0]
+    )  # dimension 2: ten times wider
     y = np.sin(3 * x[:, 0]) + np.sin(0.3 * x[:, 1]) + 0.05 * rng.normal(size=60)
     grid = np.array([[a, b] for a in (0.1, 0.2, 0.4) for b in (1.0, 2.0, 4.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         sel = lb.select_bandwidth(x, y, grid)
-    scores = [lb.loo_cv_score(x, y, row) for row in grid]  # independent: one call per row
+    scores = [
+        lb.loo_cv_score(x, y, row) for row in grid
+    ]  # independent: one call per row
     np.testing.assert_allclose(sel.scores.numpy(), scores, rtol=1e-12)
     assert isinstance(sel.bandwidth, torch.Tensor) and sel.bandwidth.shape == (2,)
     np.testing.assert_array_equal(sel.bandwidth.numpy(), grid[int(np.argmin(scores))])
@@ -669,16 +675,21 @@ def test_select_bandwidth_takes_per_dimension_candidates():
     assert auto.grid.shape == (30, 2)
     ratio = (auto.grid[:, 1] / auto.grid[:, 0]).numpy()
     np.testing.assert_allclose(ratio, x[:, 1].std(ddof=1) / x[:, 0].std(ddof=1))
-    with pytest.raises(ValueError, match=r"bandwidths must be \(k,\) numbers or \(k, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"bandwidths must be \(k,\) numbers or \(k, 2\)"
+    ):
         lb.select_bandwidth(x, y, np.ones((3, 3)))
 
 
 def test_select_bandwidth_messages_name_the_cause():
-    with pytest.raises(ValueError, match=r"x has 1 point; leaving one out needs at least 2"):
+    with pytest.raises(
+        ValueError, match=r"x has 1 point; leaving one out needs at least 2"
+    ):
         lb.select_bandwidth([[0.0, 1.0]], [1.0])
     with pytest.raises(ValueError, match=r"x has n = 3 points in d = 2 dimensions"):
-        lb.select_bandwidth(np.random.default_rng(0).normal(size=(3, 2)), [1.0, 2, 3],
-                            method="ll")
+        lb.select_bandwidth(
+            np.random.default_rng(0).normal(size=(3, 2)), [1.0, 2, 3], method="ll"
+        )
     with pytest.raises(ValueError, match=r"every bandwidth in bandwidths"):
         lb.select_bandwidth([0.0, 10.0, 20.0], [1.0, 2.0, 3.0], [1e-3, 1e-2])
 
@@ -687,12 +698,20 @@ def test_select_bandwidth_messages_name_the_cause():
 def test_promote_floats_follows_torch_promotion():
     from localbook._validate import promote_floats, promoted_dtype
 
-    f16, f32, f64 = (torch.zeros(2, dtype=t) for t in (torch.float16, torch.float32,
-                                                       torch.float64))
+    f16, f32, f64 = (
+        torch.zeros(2, dtype=t) for t in (torch.float16, torch.float32, torch.float64)
+    )
     i64, b = torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.bool)
     bf16 = torch.zeros(2, dtype=torch.bfloat16)
-    for values in [(f16, f32), (f32, f64), (f16, f64), (f16, bf16), (i64, f32), (b, f16),
-                   (f64, i64, f32)]:
+    for values in [
+        (f16, f32),
+        (f32, f64),
+        (f16, f64),
+        (f16, bf16),
+        (i64, f32),
+        (b, f16),
+        (f64, i64, f32),
+    ]:
         expect = torch.result_type(*values[:2]) if len(values) == 2 else torch.float64
         assert promoted_dtype(*values) == expect
         assert all(t.dtype == expect for t in promote_floats(*values))
@@ -701,7 +720,9 @@ def test_promote_floats_follows_torch_promotion():
     assert [t.dtype for t in out] == [torch.float32] * 3
     assert promote_floats([1.0, 2.0], i64) == ([1.0, 2.0], i64)
     assert promote_floats(np.zeros(2, np.float32), None)[1] is None
-    a64, t = promote_floats(np.zeros(2), f32)  # a numpy float64 array counts, kept as is
+    a64, t = promote_floats(
+        np.zeros(2), f32
+    )  # a numpy float64 array counts, kept as is
     assert a64.dtype == np.float64 and t.dtype == torch.float64
 
 
@@ -720,7 +741,11 @@ def test_promote_floats_follows_torch_promotion():
 @pytest.mark.parametrize("which", ["x_query", "x"])
 def test_an_int_or_list_argument_never_downcasts_a_float64_partner(fn, first, which):
     rng = np.random.default_rng(3)
-    q, x, y = rng.normal(size=(4, 2)) * 3, rng.normal(size=(12, 2)) * 3, rng.normal(size=12)
+    q, x, y = (
+        rng.normal(size=(4, 2)) * 3,
+        rng.normal(size=(12, 2)) * 3,
+        rng.normal(size=12),
+    )
     q64, x64, y64 = (torch.as_tensor(a) for a in (q, x, y))
     cast = {
         "int": lambda a: torch.as_tensor(a).round().long(),
