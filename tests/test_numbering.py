@@ -6,24 +6,20 @@ syllabus is found under that name in the book, the student notebook, the check a
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "_ext"))
+import chapter_frame  # noqa: E402
 
 
 def chapters():
     """``[(number, stem)]`` of the numbered parts of _toc.yml, in order."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    stems = [
-        Path(ch["file"]).name
-        for part in toc["parts"]
-        if part.get("numbered")
-        for ch in part["chapters"]
-    ]
-    return list(enumerate(stems, start=1))
+    return chapter_frame.chapter_stems(ROOT)
 
 
 def _text(stem):
