@@ -398,7 +398,6 @@ def check_indices(
     *,
     device=None,
     ndim: Optional[Sequence[int]] = None,
-    allow_empty: bool = True,
     what: str = "indices",
 ) -> torch.Tensor:
     """Integer indices (class ids, token ids, triplets, groups) as a long tensor on ``device``.
@@ -407,26 +406,19 @@ def check_indices(
     floats (even whole ones), bools, complex values and strings raise a ``TypeError``. With
     ``n``, every index must lie in ``[0, n)`` (a ``ValueError`` says which values do not).
     """
-    if isinstance(value, torch.Tensor):
-        t = value
-    else:
+    if not isinstance(value, torch.Tensor):
         if isinstance(value, (str, bytes)) or value is None:
             raise TypeError(
                 f"{name} must be an array of integer {what}, got {type(value).__name__}"
             )
-        try:
+        try:  # [] is float64 in numpy; strings and ragged lists fail here
             arr = np.asarray(value)
+            value = torch.as_tensor(arr.astype(np.int64) if arr.size == 0 else arr)
         except Exception as exc:
             raise TypeError(
                 f"{name} must be an array of integer {what}: {exc}"
             ) from None
-        if arr.size == 0 and arr.dtype.kind == "f":  # [] is float64 in numpy
-            arr = arr.astype(np.int64)
-        if arr.dtype.kind not in "iu":
-            raise TypeError(
-                f"{name} must be an array of integer {what}, got dtype {arr.dtype}"
-            )
-        t = torch.as_tensor(arr)
+    t = value
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(
             f"{name} must be an array of integer {what}, got dtype {t.dtype}"
@@ -436,8 +428,6 @@ def check_indices(
             f"{name} must have {' or '.join(map(str, ndim))} dimension(s), got shape "
             f"{tuple(t.shape)}"
         )
-    if not allow_empty and t.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(t.shape)})")
     t = t.to(device=device if device is not None else t.device, dtype=torch.long)
     if n is not None and t.numel():
         lo, hi = torch.aminmax(t)
@@ -485,10 +475,16 @@ def check_views(
     return out
 
 
-def check_alpha(alpha, name: str = "alpha"):
-    """The α of the entmax family and the Tsallis entropy: a finite float ``> 0`` (α = 1 is
-    softmax / Shannon), or a real tensor of them (kept as a tensor: it may be learnable or
-    hold one α per row; a one-element tensor without a gradient becomes a float)."""
+def check_alpha(alpha, name: str = "alpha", *, negative: bool = False):
+    """The α of the Tsallis entropy and the entmax family: a finite float ``> 0`` (α = 1 is
+    softmax / Shannon; with ``negative``, any finite α but 0, where the entropy is undefined),
+    or a real tensor of them (kept as a tensor: it may be learnable or hold one α per row; a
+    one-element tensor without a gradient becomes a float)."""
+    rule = (
+        "finite and nonzero (the Tsallis entropy is undefined at α = 0)"
+        if negative
+        else "positive and finite (α > 0)"
+    )
     if isinstance(alpha, torch.Tensor):
         if alpha.is_complex() or alpha.dtype == torch.bool:
             raise TypeError(
@@ -498,21 +494,18 @@ def check_alpha(alpha, name: str = "alpha"):
             alpha = float(alpha)
         else:
             with torch.no_grad():
-                bad = bool((~torch.isfinite(alpha) | (alpha <= 0)).any())
+                low = (alpha == 0) if negative else (alpha <= 0)
+                bad = bool((~torch.isfinite(alpha) | low).any())
             if bad:
-                raise ValueError(
-                    f"{name} must be positive and finite (α > 0) everywhere"
-                )
+                raise ValueError(f"{name} must be {rule} everywhere")
             return alpha
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise TypeError(
             f"{name} must be a real number or a tensor, got {type(alpha).__name__}"
         )
     alpha = float(alpha)
-    if not math.isfinite(alpha) or alpha <= 0:
-        raise ValueError(
-            f"{name} must be positive and finite (α > 0; α = 1 is softmax), got {alpha}"
-        )
+    if not math.isfinite(alpha) or alpha == 0 or (alpha < 0 and not negative):
+        raise ValueError(f"{name} must be {rule}; α = 1 is softmax; got {alpha}")
     return alpha
 
 

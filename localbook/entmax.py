@@ -343,11 +343,12 @@ def entmax_bisect(z, alpha=1.5, dim: int = -1, n_iter: int = 50) -> torch.Tensor
     A tensor α works on whole rows: Newton's method on
     :math:`f(\tau) = \sum_i ((\alpha-1)z_i-\tau)_+^{1/(\alpha-1)} - 1`, bracketed, when every α is
     in (1, 2], ``n_iter`` bisection steps otherwise. Every α the ``entmax`` package accepts works:
-    α = 1 (a float) is softmax, α < 1 gives a dense map (by bisection).
+    α = 1 (a float) is softmax, α < 1 gives a dense map (by bisection); α = 0, where the
+    Tsallis entropy is undefined, and non-finite α raise a ``ValueError``.
 
     Shapes: as :func:`sparsemax`.
     """
-    alpha = check_alpha(alpha)
+    alpha = check_alpha(alpha, negative=True)  # α < 0: a dense map, as α in (0, 1)
     n_iter = check_positive_int(n_iter, "n_iter")
     if isinstance(alpha, float) and alpha > 1:
         return _entmax(z, dim, alpha, n_iter)

@@ -48,13 +48,13 @@ def _check_tensor_alpha(alpha: torch.Tensor, z: torch.Tensor, dim: int) -> tuple
             f"{tuple(z.shape)} with size 1 along dim={dim} (one α per row or head)"
         )
     with torch.no_grad():
-        bad = (~torch.isfinite(a) | (a == 1) | (a <= 0)).any()
+        bad = (~torch.isfinite(a) | (a == 1) | (a == 0)).any()
         outside = ((a <= 1) | (a > 2)).any()
         bad, outside = torch.stack([bad, outside]).tolist()
     if bad:
         raise ValueError(
-            "alpha must be finite, positive and different from 1 (alpha = 1 is "
-            "softmax: use torch.softmax, or a float alpha = 1.0)"
+            "alpha must be finite, nonzero (the Tsallis entropy is undefined at 0) and "
+            "different from 1 (alpha = 1 is softmax: use torch.softmax, or a float 1.0)"
         )
     shape = [1 if i == dim else s for i, s in enumerate(z.shape)]
     return a.reshape(lead).expand(shape), not outside

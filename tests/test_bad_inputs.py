@@ -562,7 +562,7 @@ TABLE: Dict[str, Case] = {
         lambda: dict(z=pts(3, 4), alpha=1.3),
         {"z": "F", "alpha": "P"},
         free_rank=("z",),
-        params={"alpha": "pos"},
+        params={"alpha": "nonzero"},
         half_tol=16,
     ),
     "sparsemax_loss": Case(
@@ -1086,7 +1086,7 @@ PARAM_OK = {
     "pos": lambda v: v > 0 and math.isfinite(v),
     "nonneg": lambda v: v >= 0 and math.isfinite(v),
     "unit": lambda v: 0 < v < 1,
-    "ge1": lambda v: v >= 1 and math.isfinite(v),
+    "nonzero": lambda v: v != 0 and math.isfinite(v),
 }
 
 
@@ -1276,7 +1276,11 @@ def param_mutations(a, case, v):
 
     out = [
         number("zero", 0.0),
-        (f"{a}:negative", BAD, lambda d: -d.draw(st.floats(1e-6, 1e6))),
+        (
+            f"{a}:negative",
+            GOOD if ok(-1.0) else BAD,
+            lambda d: -d.draw(st.floats(1e-6, 1e6)),
+        ),
         number("nan", math.nan),
         number("inf", math.inf),
         number("above-one", 1.5) if case.params[a] == "unit" else number("half", 0.5),

@@ -345,12 +345,18 @@ def test_losses_accept_any_integer_targets(loss, dtype):
         loss(X, target > 1)
 
 
-@pytest.mark.parametrize("alpha", [0.0, -1.0, -0.5])
-def test_entmax_bisect_refuses_non_positive_alpha(alpha):
+def test_entmax_bisect_refuses_alpha_zero_and_keeps_negative_alpha():
+    # α = 0: the Tsallis entropy is undefined; α < 0 is a dense map (a strictly concave
+    # entropy, chapter 8), the maximizer of p·z + H_α(p): positive, summing to one
     z = torch.randn(3, 5, dtype=torch.float64)
-    with pytest.raises(ValueError, match="alpha must be positive"):
-        entmax_bisect(z, alpha)
-    with pytest.raises(ValueError, match="alpha must be"):
-        entmax_bisect(z, torch.full((3, 1), alpha, dtype=z.dtype))
-    with pytest.raises(ValueError, match="alpha must be positive"):
-        lb.entmax_bisect_loss(z, torch.tensor([0, 1, 2]), alpha)
+    with pytest.raises(ValueError, match="alpha must be finite and nonzero"):
+        entmax_bisect(z, 0.0)
+    with pytest.raises(ValueError, match="alpha must be finite and nonzero"):
+        entmax_bisect(z, torch.tensor([[1.5], [0.0], [2.0]], dtype=z.dtype))
+    p = entmax_bisect(z, -1.0, n_iter=100)
+    assert bool((p > 0).all())
+    torch.testing.assert_close(p.sum(-1), torch.ones(3, dtype=z.dtype))
+    # the loss needs the Tsallis entropy itself, defined here for α > 0
+    for alpha in (0.0, -1.0, -0.5):
+        with pytest.raises(ValueError, match="alpha must be positive"):
+            lb.entmax_bisect_loss(z, torch.tensor([0, 1, 2]), alpha)
