@@ -564,6 +564,9 @@ def holdout_mask(
     set to NaN and scoring them needs no ground truth.
     """
     fraction = check_fraction(fraction, "fraction")
+    X = as_tensor(X, "X", finite=False, allow_empty=True)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {tuple(X.shape)}")
     A = check_missing_data(X, "X").detach().cpu().double().numpy()
     if block is not None:
         H, W = check_image_shape(image_shape, A.shape[1])
