@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from localbook.kernels import data_center, get_kernel
-from localbook.local_sums import _graph_average, local_average
+from localbook.local_grad import _graph_average
+from localbook.local_sums import local_average
 
 KERNELS = ["gaussian", "laplacian", "epanechnikov", "biweight", "tricube", "uniform"]
 
