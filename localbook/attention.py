@@ -410,13 +410,13 @@ def _attend(
     k,
     v,
     batch,
-    *,
     causal=False,
     weights="softmax",
     scale=None,
     temporal=None,
     return_weights=False,
     fused=True,
+    *,
     budget=None,
     alpha=None,
 ):
@@ -575,16 +575,17 @@ def local_mean_attention(
         check_choice(weights, "weights", list(WEIGHTS))
     if scale is not None:
         scale = check_positive_float(scale, "scale")
+    # the options in _attend's positional order
     return _attend(
         q,
         k,
         v,
         batch,
-        causal=causal,
-        weights=weights,
-        scale=scale,
-        temporal=temporal,
-        return_weights=return_weights,
-        fused=fused,
+        causal,
+        weights,
+        scale,
+        temporal,
+        return_weights,
+        fused,
         alpha=alpha,
     )

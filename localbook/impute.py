@@ -96,7 +96,7 @@ from ._validate import (
     check_positive_float,
     check_positive_int,
 )
-from .datasets import block_mask, holdout_mask, missing_at_random_mask  # noqa: F401  (old home)
+from .datasets import holdout_mask
 from .impute_layers import (  # the layers; their public names are re-exported here
     _average,
     _check_imputed_weight,

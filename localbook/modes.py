@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 
 from ._validate import (
+    HALF,
     check_bandwidth,
     check_bool,
     check_points,
@@ -302,28 +303,14 @@ def mean_shift(
     """
     x, seeds = promote_floats(x, seeds)
     x = check_points(x, "x")
-    if x.dtype in (torch.float16, torch.bfloat16):
-        # half precision cannot hold the steps' sums: work in float32, return x's dtype
-        res = mean_shift(
-            x.float(),
-            bandwidth if not isinstance(bandwidth, torch.Tensor) else bandwidth.float(),
-            kernel,
-            None if seeds is None else check_query(seeds, x, "seeds").float(),
-            max_iter,
-            tol,
-            return_path,
-            bin_seeding=bin_seeding,
-            min_bin_freq=min_bin_freq,
-            merge_radius=merge_radius,
-            check_maxima=check_maxima,
-            perturbation=perturbation,
-            random_state=random_state,
-        )
-        for name in ("modes", "intensity", "path", "rejected"):
-            value = getattr(res, name)
-            if value is not None:
-                setattr(res, name, value.to(x.dtype))
-        return res
+    # half precision cannot hold the steps' sums: work in float32, return x's dtype
+    out_dtype = x.dtype
+    if out_dtype in HALF:
+        if seeds is not None:
+            seeds = check_query(seeds, x, "seeds").float()
+        x = x.float()
+        if isinstance(bandwidth, torch.Tensor):
+            bandwidth = bandwidth.float()
     n, d = x.shape
     h = check_bandwidth(bandwidth, d, like=x)
     kern = get_kernel(kernel)
@@ -368,13 +355,17 @@ def mean_shift(
             random_state,
         )
     labels = _nearest(x, modes, h)
+
+    def back(t):  # the float32 results of half-precision data, in the data's dtype
+        return None if t is None else t.to(out_dtype)
+
     return MeanShiftResult(
-        modes=modes,
+        modes=back(modes),
         labels=labels,
         n_iter=n_iter,
-        intensity=torch.exp(mass),
-        path=torch.stack(path) if path is not None else None,
-        rejected=rejected,
+        intensity=back(torch.exp(mass)),
+        path=back(torch.stack(path) if path is not None else None),
+        rejected=back(rejected),
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "localbook"
 
 #: The layers, lowest first (CONTRIBUTING.md, "Layering"). A module imports only from lower
-#: layers; chapter modules (layer 4) may also import each other, without cycles.
+#: layers; chapter modules (layer 5) may also import each other, without cycles.
 LAYERS = [
     # 0: no localbook imports at all
     {"compiled", "chunks", "widgets"},

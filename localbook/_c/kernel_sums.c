@@ -108,17 +108,29 @@ static inline double exp2_normal(double y) {
 #if defined(__AVX512F__)
 #define LB_VECTOR 1
 #define VW 8
+#define VPD(op) _mm512_##op##_pd
 typedef __m512d vd;
-static inline vd vset(double x) { return _mm512_set1_pd(x); }
-static inline vd vzero(void) { return _mm512_setzero_pd(); }
-static inline vd vload(const double *p) { return _mm512_loadu_pd(p); }
-static inline vd vadd(vd a, vd b) { return _mm512_add_pd(a, b); }
-static inline vd vsub(vd a, vd b) { return _mm512_sub_pd(a, b); }
-static inline vd vmul(vd a, vd b) { return _mm512_mul_pd(a, b); }
-static inline vd vmax(vd a, vd b) { return _mm512_max_pd(a, b); }
-static inline vd vfma(vd a, vd b, vd c) { return _mm512_fmadd_pd(a, b, c); }
-static inline vd vfnma(vd a, vd b, vd c) { return _mm512_fnmadd_pd(a, b, c); }
-static inline vd vsqrt(vd a) { return _mm512_sqrt_pd(a); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#define LB_VECTOR 1
+#define VW 4
+#define VPD(op) _mm256_##op##_pd
+typedef __m256d vd;
+#endif
+#ifdef LB_VECTOR
+/* the operations both widths spell alike (_mm512_add_pd, _mm256_add_pd, ...) */
+static inline vd vset(double x) { return VPD(set1)(x); }
+static inline vd vzero(void) { return VPD(setzero)(); }
+static inline vd vload(const double *p) { return VPD(loadu)(p); }
+static inline vd vadd(vd a, vd b) { return VPD(add)(a, b); }
+static inline vd vsub(vd a, vd b) { return VPD(sub)(a, b); }
+static inline vd vmul(vd a, vd b) { return VPD(mul)(a, b); }
+static inline vd vmax(vd a, vd b) { return VPD(max)(a, b); }
+static inline vd vfma(vd a, vd b, vd c) { return VPD(fmadd)(a, b, c); }
+static inline vd vfnma(vd a, vd b, vd c) { return VPD(fnmadd)(a, b, c); }
+static inline vd vsqrt(vd a) { return VPD(sqrt)(a); }
+#endif
+/* and those they spell differently */
+#if defined(__AVX512F__)
 static inline vd vround(vd a) { return _mm512_roundscale_pd(a, _MM_FROUND_TO_NEAREST_INT); }
 static inline vd vscale2(vd p, vd k) { return _mm512_scalef_pd(p, k); } /* p * 2^k */
 static inline vd vindicator_ge(vd a, vd b) { /* 1 where a >= b, else 0 */
@@ -130,19 +142,6 @@ static inline vd vload_first(const double *p, int64_t k) { /* lanes >= k read as
 static inline vd vkeep_first(vd a, int64_t k) { return _mm512_maskz_mov_pd((__mmask8)((1u << k) - 1u), a); }
 static inline double vsum(vd a) { return _mm512_reduce_add_pd(a); }
 #elif defined(__AVX2__) && defined(__FMA__)
-#define LB_VECTOR 1
-#define VW 4
-typedef __m256d vd;
-static inline vd vset(double x) { return _mm256_set1_pd(x); }
-static inline vd vzero(void) { return _mm256_setzero_pd(); }
-static inline vd vload(const double *p) { return _mm256_loadu_pd(p); }
-static inline vd vadd(vd a, vd b) { return _mm256_add_pd(a, b); }
-static inline vd vsub(vd a, vd b) { return _mm256_sub_pd(a, b); }
-static inline vd vmul(vd a, vd b) { return _mm256_mul_pd(a, b); }
-static inline vd vmax(vd a, vd b) { return _mm256_max_pd(a, b); }
-static inline vd vfma(vd a, vd b, vd c) { return _mm256_fmadd_pd(a, b, c); }
-static inline vd vfnma(vd a, vd b, vd c) { return _mm256_fnmadd_pd(a, b, c); }
-static inline vd vsqrt(vd a) { return _mm256_sqrt_pd(a); }
 static inline vd vround(vd a) {
   return _mm256_round_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
@@ -370,6 +369,22 @@ static void block_weights(const double *a, const double *bt, int64_t n, int64_t 
   }
 }
 
+/* portable: out[nv] += sum_j t[j] and out[c] += sum_j t[j] v_c[j0 + j] over the block */
+static void add_block(const double *t, const double *vt, int64_t n, int64_t j0, int64_t nb,
+                      int64_t nv, double *out) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < nb; j++) s += t[j];
+  out[nv] += s;
+  for (int64_t c = 0; c < nv; c++) {
+    const double *vc = vt + c * n + j0;
+    double sc = 0.0;
+#pragma omp simd reduction(+ : sc)
+    for (int64_t j = 0; j < nb; j++) sc += t[j] * vc[j];
+    out[c] += sc;
+  }
+}
+
 static void sums_portable(const double *a, const double *bt, const double *vt, double *sums,
                           int64_t m, int64_t n, int64_t d, int64_t nv, int profile,
                           double floor2) {
@@ -381,21 +396,23 @@ static void sums_portable(const double *a, const double *bt, const double *vt, d
       for (int64_t i = i0; i < i1; i++) {
         block_weights(a + i * d, bt, n, j0, nb, d, profile, floor2, t);
         double *out = sums + i * (nv + 1);
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < nb; j++) s += t[j];
-        out[nv] += s;
-        for (int64_t c = 0; c < nv; c++) {
-          const double *vc = vt + c * n + j0;
-          double sc = 0.0;
-#pragma omp simd reduction(+ : sc)
-          for (int64_t j = 0; j < nb; j++) sc += t[j] * vc[j];
-          out[c] += sc;
-        }
+        add_block(t, vt, n, j0, nb, nv, out);
       }
     }
   }
 }
+
+/* CALL(k) with the profile k as a literal, so that each inlined copy is specialized for it */
+#define WITH_PROFILE(profile, CALL) \
+  do {                              \
+    switch (profile) {              \
+    case 0: CALL(0); break;         \
+    case 1: CALL(1); break;         \
+    case 2: CALL(2); break;         \
+    case 3: CALL(3); break;         \
+    default: CALL(4);               \
+    }                               \
+  } while (0)
 
 void kernel_sums(const double *a, const double *bt, const double *vt, double *sums,
                  int64_t m, int64_t n, int64_t d, int64_t nv, int profile,
@@ -404,25 +421,15 @@ void kernel_sums(const double *a, const double *bt, const double *vt, double *su
   FTZ_BEGIN
 #ifdef LB_VECTOR
   if (nv <= MAX_VALUES) { /* one fused pass; the profile a constant in each copy */
-    switch (profile) {
-    case 0:
-      sums_vector(a, bt, vt, sums, m, n, d, nv, 0, floor2);
-      break;
-    case 1:
-      sums_vector(a, bt, vt, sums, m, n, d, nv, 1, floor2);
-      break;
-    /* compact profiles mostly run over a cell list (run_sums): one copy each, which keeps
-       the build short */
-    case 2:
-      sums_vector_nv(a, bt, vt, sums, m, n, d, nv, 2, floor2);
-      break;
-    case 3:
-      sums_vector_nv(a, bt, vt, sums, m, n, d, nv, 3, floor2);
-      break;
-    default:
-      sums_vector_nv(a, bt, vt, sums, m, n, d, nv, 4, floor2);
-      break;
-    }
+    /* compact profiles (2-4) mostly run over a cell list (run_sums): one copy each, which
+       keeps the build short */
+#define VECTOR_SUMS(p)                                             \
+  if ((p) < 2)                                                     \
+    sums_vector(a, bt, vt, sums, m, n, d, nv, (p), floor2);        \
+  else                                                             \
+    sums_vector_nv(a, bt, vt, sums, m, n, d, nv, (p), floor2)
+    WITH_PROFILE(profile, VECTOR_SUMS);
+#undef VECTOR_SUMS
   } else
 #endif
     sums_portable(a, bt, vt, sums, m, n, d, nv, profile, floor2);
@@ -442,22 +449,10 @@ void run_sums(const double *a, const double *bt, const double *vt, double *sums,
       for (int64_t r = 0; r < runs; r++) {
         const int64_t j0 = start[i * runs + r], nb = count[i * runs + r];
         if (nb <= 0) continue;
-        switch (profile) { /* a constant in each inlined copy */
-        case 0:
-          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 0, fl2, sums + i * (nv + 1));
-          break;
-        case 1:
-          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 1, fl2, sums + i * (nv + 1));
-          break;
-        case 2:
-          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 2, fl2, sums + i * (nv + 1));
-          break;
-        case 3:
-          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 3, fl2, sums + i * (nv + 1));
-          break;
-        default:
-          row_block(a + i * d, bt, vt, n, j0, nb, d, nv, 4, fl2, sums + i * (nv + 1));
-        }
+#define ROW_BLOCK(p) \
+  row_block(a + i * d, bt, vt, n, j0, nb, d, nv, (p), fl2, sums + i * (nv + 1))
+        WITH_PROFILE(profile, ROW_BLOCK);
+#undef ROW_BLOCK
       }
     return;
   }
@@ -470,17 +465,7 @@ void run_sums(const double *a, const double *bt, const double *vt, double *sums,
       for (int64_t j0 = first; j0 < last; j0 += BLOCK) {
         const int64_t nb = last - j0 < BLOCK ? last - j0 : BLOCK;
         block_weights(a + i * d, bt, n, j0, nb, d, profile, floor2, t);
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < nb; j++) s += t[j];
-        out[nv] += s;
-        for (int64_t c = 0; c < nv; c++) {
-          const double *vc = vt + c * n + j0;
-          double sc = 0.0;
-#pragma omp simd reduction(+ : sc)
-          for (int64_t j = 0; j < nb; j++) sc += t[j] * vc[j];
-          out[c] += sc;
-        }
+        add_block(t, vt, n, j0, nb, nv, out);
       }
     }
   }

@@ -110,10 +110,20 @@ def as_scalar(got, what: str = "your function") -> float:
         ) from None
 
 
-def as_vector(
-    got, n: int, like: torch.Tensor, what: str = "your function"
+def as_answer(
+    got,
+    shape: tuple,
+    like: torch.Tensor,
+    what: str = "your function",
+    shape_hint: str = "",
+    reshape_hint: str = "",
 ) -> torch.Tensor:
-    """The student's ``(n,)`` answer as a tensor like ``like``, or a :class:`Mismatch`."""
+    """The student's answer as a tensor of ``shape`` like ``like``, or a :class:`Mismatch`.
+
+    ``shape_hint`` is the hint for a wrong shape, ``reshape_hint`` the one for a wrong shape
+    with the right number of entries.
+    """
+    shape = tuple(shape)
     if got is None:
         raise Mismatch(
             f"{what} returned None", "did you forget the `return` statement?"
@@ -123,14 +133,12 @@ def as_vector(
             got = torch.as_tensor(got)
         except Exception:
             raise Mismatch(
-                f"{what} returned a {type(got).__name__}; a tensor of shape ({n},) was expected",
+                f"{what} returned a {type(got).__name__}; a tensor of shape {shape} was expected",
                 "return a torch tensor",
             ) from None
-    if tuple(got.shape) != (n,):
-        hint = "return a 1-D tensor with one entry per data point"
-        if got.numel() == n:
-            hint = f"you have the right number of entries: flatten it (e.g. `.reshape({n})` or `.squeeze()`)"
-        raise Mismatch(f"shape {tuple(got.shape)} returned, ({n},) expected", hint)
+    if tuple(got.shape) != shape:
+        hint = reshape_hint if got.numel() == math.prod(shape) else shape_hint
+        raise Mismatch(f"shape {tuple(got.shape)} returned, {shape} expected", hint)
     if got.is_complex() or not (
         got.is_floating_point() or got.dtype in (torch.int32, torch.int64)
     ):
@@ -138,6 +146,21 @@ def as_vector(
             f"{what} returned dtype {got.dtype}", "return real floating-point values"
         )
     return got.detach().to(dtype=like.dtype, device="cpu")
+
+
+def as_vector(
+    got, n: int, like: torch.Tensor, what: str = "your function"
+) -> torch.Tensor:
+    """The student's ``(n,)`` answer as a tensor like ``like``, or a :class:`Mismatch`."""
+    return as_answer(
+        got,
+        (n,),
+        like,
+        what,
+        "return a 1-D tensor with one entry per data point",
+        "you have the right number of entries: flatten it (e.g. "
+        f"`.reshape({n})` or `.squeeze()`)",
+    )
 
 
 def close(

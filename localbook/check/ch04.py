@@ -9,32 +9,20 @@ from typing import Callable, Optional
 
 import torch
 
-from ._common import Case, Mismatch, close, fmt, new_generator, run_check
+from ._common import Case, Mismatch, as_answer, close, fmt, new_generator, run_check
 
 __all__ = ["mean_shift_step"]
 
 
 def _as_points(got, shape, like) -> torch.Tensor:
-    if got is None:
-        raise Mismatch(
-            "your function returned None", "did you forget the `return` statement?"
-        )
-    if not isinstance(got, torch.Tensor):
-        try:
-            got = torch.as_tensor(got)
-        except Exception:
-            raise Mismatch(
-                f"your function returned a {type(got).__name__}",
-                "return a torch tensor of points",
-            ) from None
-    if tuple(got.shape) != tuple(shape):
-        hint = "return one row per query point, with the same number of columns as the data"
-        if got.numel() == shape[0] * shape[1]:
-            hint = f"you have the right number of entries: reshape to {tuple(shape)}"
-        raise Mismatch(
-            f"shape {tuple(got.shape)} returned, {tuple(shape)} expected", hint
-        )
-    return got.detach().to(dtype=like.dtype, device="cpu")
+    return as_answer(
+        got,
+        shape,
+        like,
+        shape_hint="return one row per query point, with the same number of columns as "
+        "the data",
+        reshape_hint=f"you have the right number of entries: reshape to {tuple(shape)}",
+    )
 
 
 def mean_shift_step(fn: Callable, *, seed: Optional[int] = None) -> bool:
