@@ -12,17 +12,17 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export LOCALBOOK_STATIC := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: book test lint unit nbval build-strict assignments bench clean install web-assets browser slow data
+.PHONY: book test chapters lint unit nbval build-strict assignments bench clean install web-assets browser slow data
 .PHONY: tex pdf pdf-test
 
 install: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	# --no-compile: modules are byte-compiled when first imported, not all of them at install
 	# the CPU build of torch first: a later unpinned request would otherwise pull CUDA wheels
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-compile torch==2.13.0
+	$(PY) -m pip install -q --no-compile -r requirements.txt
 	touch $@
 
 # The JB1 execution cache does not notice changes to localbook/: key it on the package's hash.
@@ -79,10 +79,21 @@ nbval: $(STAMP) data
 	  $(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
+# --dist load: test by test, so the chapter executions of test_assignments spread over workers
 slow: $(STAMP) browser
-	$(PY) -m pytest tests -m slow -q --ignore=tests/test_pdf.py
+	$(PY) -m pytest tests -m slow -q --ignore=tests/test_pdf.py -n $(JOBS) --dist load
 
-test: lint unit nbval book slow
+# The unit tests run beside the chapter chain (nbval, then the build from its cache, then the
+# end-to-end tests), not before it: the chain leaves a core idle (the build is one process,
+# a worker waits for the last chapter) and the unit tests fill it. Either log is printed whole
+# when it ends (--output-sync); the test fails when either part fails.
+test: lint $(STAMP) data browser
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit chapters
+
+chapters: $(STAMP) data browser
+	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory book
+	$(MAKE) --no-print-directory slow
 
 # The book as one PDF, _build/latex/localization-methods.pdf, also copied into the site (every
 # page has a download button for it). TeX Live from Debian's packages where xelatex, latexmk,
