@@ -11,6 +11,8 @@ import torch
 
 import localbook as lb
 
+pytestmark = pytest.mark.faults
+
 
 @pytest.mark.parametrize("weights", ["softmax", "sparsemax", "entmax15"])
 def test_chunked_gradient_equals_the_dense_one(weights, monkeypatch):

@@ -43,6 +43,8 @@ from hypothesis import strategies as st
 
 import localbook as lb
 
+pytestmark = pytest.mark.faults
+
 F64 = torch.float64
 TOL_ULPS = 8  # default tolerance: 8 eps of the output dtype times the result's scale
 # what an input must give: an error or warning+NaN (BAD), the float64 result or an error

@@ -188,6 +188,7 @@ def _status_in_a_new_process(**env) -> str:
     ).stdout
 
 
+@pytest.mark.faults
 def test_disabled_by_environment(tmp_path):
     out = _status_in_a_new_process(
         LOCALBOOK_COMPILED="0", LOCALBOOK_CACHE=str(tmp_path)
@@ -391,6 +392,7 @@ def test_midrange_equals_the_pytorch_reductions(dtype):
 
 
 @pytest.mark.parametrize("value", ["0", "false", "FALSE", "no", "Off", " off "])
+@pytest.mark.faults
 def test_environment_switch_accepts_the_usual_spellings_of_off(value, monkeypatch):
     monkeypatch.setenv("LOCALBOOK_COMPILED", value)
     lib, reason = compiled._build()
@@ -398,11 +400,13 @@ def test_environment_switch_accepts_the_usual_spellings_of_off(value, monkeypatc
 
 
 @pytest.mark.parametrize("value", ["1", "true", "Yes", "on", ""])
+@pytest.mark.faults
 def test_environment_switch_on_spellings_do_not_disable(value, monkeypatch):
     monkeypatch.setenv("LOCALBOOK_COMPILED", value)
     assert compiled._disabled_by_environment() is None
 
 
+@pytest.mark.faults
 def test_environment_switch_unknown_value_warns_and_stays_on(monkeypatch):
     monkeypatch.setenv("LOCALBOOK_COMPILED", "maybe")
     with pytest.warns(UserWarning, match="not understood"):
@@ -422,6 +426,7 @@ def _build_elsewhere(tmp_path, monkeypatch):
 @pytest.mark.skipif(
     platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
 )
+@pytest.mark.faults
 def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
     """An interrupted build left half a library: loading it gave SIGBUS in every later
     process. The checksum written after a complete build catches it; it is rebuilt."""
@@ -437,6 +442,7 @@ def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch)
 @pytest.mark.skipif(
     platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
 )
+@pytest.mark.faults
 def test_a_library_without_its_checksum_is_rebuilt(tmp_path, monkeypatch):
     so, stamp = _build_elsewhere(tmp_path, monkeypatch)
     stamp.unlink()  # an older build, or one cut short before its checksum
@@ -447,6 +453,7 @@ def test_a_library_without_its_checksum_is_rebuilt(tmp_path, monkeypatch):
 @pytest.mark.skipif(
     platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
 )
+@pytest.mark.faults
 def test_a_library_without_the_symbols_is_rebuilt(tmp_path, monkeypatch):
     """A valid ELF file without the expected functions raised an uncaught AttributeError."""
     so, stamp = _build_elsewhere(tmp_path, monkeypatch)
@@ -458,6 +465,7 @@ def test_a_library_without_the_symbols_is_rebuilt(tmp_path, monkeypatch):
     assert lib is not None and hasattr(lib, "local_means"), reason
 
 
+@pytest.mark.faults
 def test_a_failed_compile_with_empty_stderr_is_a_failure(monkeypatch):
     class Done:
         returncode, stderr = 1, ""
@@ -467,6 +475,36 @@ def test_a_failed_compile_with_empty_stderr_is_a_failure(monkeypatch):
     assert "exited with status 1" in error
 
 
+@pytest.mark.faults
+@pytest.mark.skipif(
+    platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
+)
+def test_a_silent_failed_compile_caches_nothing_and_falls_back_once(
+    tmp_path, monkeypatch
+):
+    """The compiler exits with status 1 and writes nothing to stderr (a killed build, a
+    full disk): no library and no checksum is left in the cache for a later process to
+    load, and this one falls back to the PyTorch engine with one warning."""
+    monkeypatch.setenv("LOCALBOOK_CACHE", str(tmp_path))
+    monkeypatch.setenv("LOCALBOOK_COMPILED", "1")
+    real_run = compiled.subprocess.run
+
+    class Silent:
+        returncode, stdout, stderr = 1, "", ""
+
+    # `cc --version` answers; every compile fails silently
+    def run(cmd, *args, **kwargs):
+        return real_run(cmd, *args, **kwargs) if "--version" in cmd else Silent()
+
+    monkeypatch.setattr(compiled.subprocess, "run", run)
+    with pytest.warns(RuntimeWarning, match="exited with status 1") as record:
+        lib, reason = compiled._build()
+    assert lib is None and "exited with status 1" in reason and len(record) == 1
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert all(name.endswith(".lock") for name in left), left
+
+
+@pytest.mark.faults
 def test_a_compile_failure_falls_back_with_one_warning(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALBOOK_CACHE", str(tmp_path))
     monkeypatch.setenv("LOCALBOOK_COMPILED", "1")
@@ -482,6 +520,7 @@ def test_a_compile_failure_falls_back_with_one_warning(tmp_path, monkeypatch):
 @pytest.mark.skipif(
     platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
 )
+@pytest.mark.faults
 def test_two_cold_processes_build_once_and_both_load(tmp_path):
     """Two processes starting with an empty cache: the lock lets one compile while the
     other waits and then reuses its library (no half-written file is ever loaded)."""

@@ -10,9 +10,12 @@ import torch
 
 from localbook import compiled
 
-pytestmark = pytest.mark.skipif(
-    compiled.library() is None, reason="no C compiler: the compiled engine is off"
-)
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(
+        compiled.library() is None, reason="no C compiler: the compiled engine is off"
+    ),
+]
 
 
 class _Counting:

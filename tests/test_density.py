@@ -585,6 +585,7 @@ def test_unique_rows_and_bin_seeds_equal_the_row_wise_unique(seed, d, h):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.faults
 def test_mean_shift_in_half_precision_works_in_float32(dtype):
     """Half data crashed with an IndexError; it now runs in float32 and returns the modes in
     the data's dtype, with the labels of the float32 run on the same (rounded) data."""

@@ -241,6 +241,7 @@ def test_single_entry_and_array_likes():
 
 
 @pytest.mark.parametrize("alpha", [math.inf, -math.inf, math.nan])
+@pytest.mark.faults
 def test_non_finite_alpha_rejected(alpha):
     with pytest.raises(ValueError, match="alpha"):
         entmax_bisect(torch.randn(3, 4), alpha)
@@ -280,6 +281,7 @@ def test_bad_inputs(call, exc, word):
 
 
 # --- issue 27: validation of the Tsallis entropy, the losses' targets and alpha --------------
+@pytest.mark.faults
 def test_tsallis_entropy_rejects_what_is_not_a_probability_vector():
     p = torch.softmax(torch.randn(4, 6, dtype=torch.float64), -1)
     ref_h = lb.tsallis_entropy(p, 1.5)
@@ -321,6 +323,7 @@ def test_tsallis_entropy_still_differentiates_in_alpha():
 @pytest.mark.parametrize(
     "dtype", [torch.int32, torch.int16, torch.int8, torch.uint8, np.int32, list]
 )
+@pytest.mark.faults
 def test_losses_accept_any_integer_targets(loss, dtype):
     X = torch.randn(5, 4, dtype=torch.float64)
     target = torch.tensor([0, 3, 1, 2, 3])
@@ -345,6 +348,7 @@ def test_losses_accept_any_integer_targets(loss, dtype):
         loss(X, target > 1)
 
 
+@pytest.mark.faults
 def test_entmax_bisect_refuses_alpha_zero_and_keeps_negative_alpha():
     # α = 0: the Tsallis entropy is undefined; α < 0 is a dense map (a strictly concave
     # entropy, chapter 8), the maximizer of p·z + H_α(p): positive, summing to one

@@ -92,6 +92,7 @@ def test_checksum_failure_raises_and_leaves_no_partial_file(monkeypatch, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.faults
 def test_corrupt_cache_is_replaced_and_network_errors_try_next_mirror(
     monkeypatch, tmp_path
 ):
@@ -115,6 +116,7 @@ def test_corrupt_cache_is_replaced_and_network_errors_try_next_mirror(
     assert [p.name for p in tmp_path.iterdir()] == ["t10k-labels-idx1-ubyte.gz.corrupt"]
 
 
+@pytest.mark.faults
 def test_a_corrupt_gzip_stream_is_a_clear_error_or_a_skipped_copy(
     monkeypatch, tmp_path
 ):
@@ -135,6 +137,7 @@ def test_a_corrupt_gzip_stream_is_a_clear_error_or_a_skipped_copy(
     assert (mine / (name + ".corrupt")).exists() and not (mine / name).exists()
 
 
+@pytest.mark.faults
 def test_a_read_only_data_folder_with_a_corrupt_copy_falls_through_to_the_system_copy(
     monkeypatch, tmp_path
 ):
@@ -160,6 +163,7 @@ def test_a_read_only_data_folder_with_a_corrupt_copy_falls_through_to_the_system
     assert opener.calls == []
 
 
+@pytest.mark.faults
 def test_a_wrong_file_from_one_mirror_tries_the_next(monkeypatch, tmp_path):
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
     name = "t10k-labels-idx1-ubyte.gz"
@@ -178,6 +182,7 @@ def test_a_wrong_file_from_one_mirror_tries_the_next(monkeypatch, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
 
 
+@pytest.mark.faults
 def test_the_whole_download_has_a_deadline(monkeypatch, tmp_path):
     imgs, labels, opener = _small_split(monkeypatch, tmp_path)
     clock = iter(range(0, 10_000, 100))  # every reading of the clock: 100 s later
@@ -194,6 +199,7 @@ def test_the_whole_download_has_a_deadline(monkeypatch, tmp_path):
         fm.fetch_fashion_mnist_file("t10k-labels-idx1-ubyte.gz", tmp_path, deadline=0)
 
 
+@pytest.mark.faults
 def test_make_fashion_views_does_not_download_when_told(monkeypatch, tmp_path):
     opener = _FakeOpener({})
     monkeypatch.setattr(fm, "_urlopen", opener)

@@ -473,6 +473,7 @@ def test_autograd_flows_through_the_local_mean():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.faults
 def test_local_linear_in_half_precision_works_in_float32(dtype):
     """Half inputs crashed in the eigensolver ('linalg_eigh_cpu not implemented for Half');
     the weights are now computed in float32 and the result comes back in the input dtype,
@@ -583,6 +584,7 @@ def test_one_effective_neighbour_gives_the_local_mean():
         torch.testing.assert_close(out, torch.tensor([2.0], dtype=torch.float64))
 
 
+@pytest.mark.faults
 def test_empty_window_in_3d_is_nan_with_the_warning_not_a_linalg_error():
     rng = np.random.default_rng(0)
     x, y = rng.uniform(0, 1, (50, 3)), rng.normal(size=50)
@@ -619,6 +621,7 @@ def test_rcond_is_numpys_and_validated():
 
 
 @pytest.mark.parametrize("n, d", [(2, 1), (3, 2), (4, 3)])
+@pytest.mark.faults
 def test_loo_bandwidth_with_n_at_most_d_plus_1_names_interpolation(n, d):
     x = np.random.default_rng(0).normal(size=(n, d))
     with pytest.raises(ValueError, match=r"interpolates them \(L_ii = 1\)"):
@@ -632,6 +635,7 @@ def _wiggle(n=40, d=1, seed=0):
     return x, np.sin(3 * x[:, 0]) + 0.1 * rng.normal(size=n)
 
 
+@pytest.mark.faults
 def test_select_bandwidth_warns_once_when_the_best_is_an_edge_of_the_grid():
     x, y = _wiggle()
     full = lb.select_bandwidth(x, y, np.geomspace(0.05, 2.0, 25))
@@ -652,6 +656,7 @@ def test_select_bandwidth_warns_once_when_the_best_is_an_edge_of_the_grid():
         assert sel.bandwidth == float(grid[0] if edge == "smallest" else grid[-1])
 
 
+@pytest.mark.faults
 def test_select_bandwidth_takes_per_dimension_candidates():
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, (60, 2)) * np.array(
@@ -681,6 +686,7 @@ def test_select_bandwidth_takes_per_dimension_candidates():
         lb.select_bandwidth(x, y, np.ones((3, 3)))
 
 
+@pytest.mark.faults
 def test_select_bandwidth_messages_name_the_cause():
     with pytest.raises(
         ValueError, match=r"x has 1 point; leaving one out needs at least 2"
@@ -695,6 +701,7 @@ def test_select_bandwidth_messages_name_the_cause():
 
 
 # --- issue 27: PyTorch's type promotion across the array arguments ---------------------------
+@pytest.mark.faults
 def test_promote_floats_follows_torch_promotion():
     from localbook._validate import promote_floats, promoted_dtype
 
@@ -739,6 +746,7 @@ def test_promote_floats_follows_torch_promotion():
 )
 @pytest.mark.parametrize("first", ["int", "list", "float32", "bool"])
 @pytest.mark.parametrize("which", ["x_query", "x"])
+@pytest.mark.faults
 def test_an_int_or_list_argument_never_downcasts_a_float64_partner(fn, first, which):
     rng = np.random.default_rng(3)
     q, x, y = (

@@ -15,6 +15,8 @@ from localbook.kernels import data_center, get_kernel
 from localbook.local_grad import _graph_average
 from localbook.local_sums import local_average
 
+pytestmark = pytest.mark.faults
+
 KERNELS = ["gaussian", "laplacian", "epanechnikov", "biweight", "tricube", "uniform"]
 
 
