@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export LOCALBOOK_STATIC := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: book test chapters lint unit nbval build-strict assignments bench clean install web-assets browser slow data
+.PHONY: book test lint unit nbval build-strict assignments bench clean install web-assets browser slow data
 .PHONY: tex pdf pdf-test
 
 install: $(STAMP)
@@ -87,14 +87,11 @@ slow: $(STAMP) browser
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 	  $(PY) -m pytest tests -m slow -q --ignore=tests/test_pdf.py -n $(JOBS) --dist load
 
-# The unit tests run beside the chapter chain (nbval, then the build from its cache, then the
-# end-to-end tests), not before it: the chain leaves a core idle (the build is one process,
-# a worker waits for the last chapter) and the unit tests fill it. Either log is printed whole
-# when it ends (--output-sync); the test fails when either part fails.
-test: lint $(STAMP) data browser
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit chapters
-
-chapters: $(STAMP) data browser
+# One part after the other: side by side (unit beside nbval -> book -> slow under make -j2)
+# they took 14 min 28 s on an idle 2-core machine, more than in turn: four single-threaded
+# processes on two cores ran slower than two. npm's install of the site's assets (waiting on
+# the disk, not on a core) runs beside nbval.
+test: lint unit
 	$(MAKE) --no-print-directory -j2 --output-sync=target nbval web-assets
 	$(MAKE) --no-print-directory book
 	$(MAKE) --no-print-directory slow

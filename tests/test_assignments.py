@@ -474,10 +474,12 @@ def run_release(path: Path, timeout=300):
     return nb, errors
 
 
+# chapter 1 by default (LOCALBOOK_ASSIGNMENTS_EXECUTE=all for every chapter): chapter 2's
+# release is executed by the autograde test below, as the untouched submission
 EXECUTED = [
     c
     for c in CHAPTERS
-    if c.name[:2] in os.environ.get("LOCALBOOK_ASSIGNMENTS_EXECUTE", "01,02").split(",")
+    if c.name[:2] in os.environ.get("LOCALBOOK_ASSIGNMENTS_EXECUTE", "01").split(",")
     or os.environ.get("LOCALBOOK_ASSIGNMENTS_EXECUTE") == "all"
 ]
 

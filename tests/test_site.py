@@ -223,6 +223,8 @@ def test_page(doc, ext, server, page):
         page.screenshot(
             path=str(SHOTS / f"{name}.png")
         )  # the first screen, as a reader sees it
+        problems = code_width_problems(page, doc)
+        assert not problems, f"{doc}: " + "\n".join(problems)
 
 
 def test_search_page_finds_a_word(server, page):
@@ -257,46 +259,28 @@ async () => {
 }
 """
 
-CHAPTERS = [(d, e) for d, e in PAGES if e == ".ipynb"]
-
-
 WIDTHS = [1280, 1600]  # a common laptop window, and a wide one
 
 
-@pytest.mark.parametrize("doc,ext", CHAPTERS, ids=[d for d, _ in CHAPTERS])
-def test_code_fits_its_column(doc, ext, server, browser):
+def code_width_problems(pg, doc):
     """No code block scrolls sideways: code lines are <= 88 characters (a test of the
-    notebooks checks that), and the code column holds 88 characters at these widths."""
-    ctx = browser.new_context(viewport={"width": WIDTHS[0], "height": 900})
+    notebooks checks that), and the code column holds 88 characters at these widths. Run on
+    a chapter page already loaded (by test_page, after its screenshot: this unfolds what is
+    folded), so that each chapter is loaded once."""
     problems = []
-    try:
-        pg = ctx.new_page()
-        pg.route(
-            "**/*",
-            lambda r: (
-                r.continue_()
-                if urlparse(r.request.url).hostname in ("127.0.0.1", None)
-                else r.abort()
-            ),
-        )
-        pg.goto(f"{server}/{doc}.html", wait_until="load")
-        for width in WIDTHS:
-            pg.set_viewport_size({"width": width, "height": 900})
-            blocks = pg.evaluate(CODE_WIDTH_JS)
-            assert blocks, f"{doc}: no code blocks measured"
-            wide = sorted(
-                (b for b in blocks if b["over"] > 0), key=lambda b: -b["over"]
-            )
-            if wide:
-                problems.append(
-                    f"at {width} px {len(wide)} of {len(blocks)} code blocks scroll "
-                    f"sideways, the worst by {wide[0]['over']} px: "
-                    + "; ".join(
-                        f"{b['kind']} {b['longest']} chars in {b['box']} px at "
-                        f"{b['fontPx']} px: {b['first']!r}"
-                        for b in wide[:3]
-                    )
+    for width in WIDTHS:
+        pg.set_viewport_size({"width": width, "height": 900})
+        blocks = pg.evaluate(CODE_WIDTH_JS)
+        assert blocks, f"{doc}: no code blocks measured"
+        wide = sorted((b for b in blocks if b["over"] > 0), key=lambda b: -b["over"])
+        if wide:
+            problems.append(
+                f"at {width} px {len(wide)} of {len(blocks)} code blocks scroll "
+                f"sideways, the worst by {wide[0]['over']} px: "
+                + "; ".join(
+                    f"{b['kind']} {b['longest']} chars in {b['box']} px at "
+                    f"{b['fontPx']} px: {b['first']!r}"
+                    for b in wide[:3]
                 )
-    finally:
-        ctx.close()
-    assert not problems, f"{doc}: " + "\n".join(problems)
+            )
+    return problems
