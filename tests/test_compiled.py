@@ -413,10 +413,21 @@ def test_environment_switch_unknown_value_warns_and_stays_on(monkeypatch):
         assert compiled._disabled_by_environment() is None
 
 
-def _build_elsewhere(tmp_path, monkeypatch):
-    """Build into ``tmp_path`` in another process (a library this process has loaded must
-    not be damaged under it: its mapped pages would fault), then point this one there."""
-    assert _status_in_a_new_process(LOCALBOOK_CACHE=str(tmp_path)).startswith("True")
+@pytest.fixture(scope="module")
+def built_elsewhere(tmp_path_factory):
+    """A cache with a complete build, made once by another process (a library this process
+    has loaded must not be damaged under it: its mapped pages would fault)."""
+    cache = tmp_path_factory.mktemp("built_elsewhere")
+    assert _status_in_a_new_process(LOCALBOOK_CACHE=str(cache)).startswith("True")
+    return cache
+
+
+def _build_elsewhere(tmp_path, monkeypatch, built):
+    """A copy of that complete build (new files, never loaded here) in ``tmp_path``, and this
+    process pointed there."""
+    for f in built.glob("kernel_sums-*"):
+        if f.suffix in (".so", ".sha256"):
+            shutil.copyfile(f, tmp_path / f.name)
     monkeypatch.setenv("LOCALBOOK_CACHE", str(tmp_path))
     monkeypatch.setenv("LOCALBOOK_COMPILED", "1")
     (so,) = tmp_path.glob("kernel_sums-*.so")
@@ -427,10 +438,12 @@ def _build_elsewhere(tmp_path, monkeypatch):
     platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
 )
 @pytest.mark.faults
-def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
+def test_a_truncated_cached_library_is_rebuilt_not_loaded(
+    tmp_path, monkeypatch, built_elsewhere
+):
     """An interrupted build left half a library: loading it gave SIGBUS in every later
     process. The checksum written after a complete build catches it; it is rebuilt."""
-    so, stamp = _build_elsewhere(tmp_path, monkeypatch)
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere)
     assert stamp.read_text().strip() == compiled._digest(so)
     whole = so.read_bytes()
     so.write_bytes(whole[: len(whole) // 2])  # as a cut-short write leaves it
@@ -443,8 +456,10 @@ def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch)
     platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
 )
 @pytest.mark.faults
-def test_a_library_without_its_checksum_is_rebuilt(tmp_path, monkeypatch):
-    so, stamp = _build_elsewhere(tmp_path, monkeypatch)
+def test_a_library_without_its_checksum_is_rebuilt(
+    tmp_path, monkeypatch, built_elsewhere
+):
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere)
     stamp.unlink()  # an older build, or one cut short before its checksum
     lib, _ = compiled._build()
     assert lib is not None and compiled._cached_ok(so, stamp)
@@ -454,9 +469,11 @@ def test_a_library_without_its_checksum_is_rebuilt(tmp_path, monkeypatch):
     platform.system() != "Linux" or not shutil.which("cc"), reason="no cc"
 )
 @pytest.mark.faults
-def test_a_library_without_the_symbols_is_rebuilt(tmp_path, monkeypatch):
+def test_a_library_without_the_symbols_is_rebuilt(
+    tmp_path, monkeypatch, built_elsewhere
+):
     """A valid ELF file without the expected functions raised an uncaught AttributeError."""
-    so, stamp = _build_elsewhere(tmp_path, monkeypatch)
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere)
     empty_c = tmp_path / "empty.c"
     empty_c.write_text("int nothing_here(void) { return 0; }\n")
     subprocess.run(["cc", "-shared", "-fPIC", str(empty_c), "-o", str(so)], check=True)
