@@ -245,6 +245,19 @@ def main():
     nw_cases = [(n, 2, 0.05) for n in sizes] + [(sizes[0], 16, 0.3)]
     T_list = [1_000, 2_000] if quick else [4_000, 16_000]
     tmp = Path(tempfile.mkdtemp(prefix="bench_autograd_"))
+
+    def measure(case, method, spec, results, grads):
+        """One method at one size in a fresh process: its timings into ``results``, its
+        gradients into ``grads``; None (and a skip) when it failed."""
+        r = spawn(spec, threads)
+        print(case, method, r, flush=True)
+        if "error" in r:
+            results[method] = {"skip": f"failed: {r['error']}"}
+            return None
+        results[method] = r
+        grads[method] = torch.load(spec["out"])
+        return r
+
     rows, notes_extra = [], []
     dense_bytes_per_pair = {}
     worst = 0.0
@@ -268,14 +281,8 @@ def main():
                     continue
             out = tmp / f"{method}-{n}-{d}.pt"
             spec = dict(kind="nw", method=method, n=n, d=d, m=m, h=h, repeat=repeat)
-            r = spawn(dict(spec, out=str(out)), threads)
-            print(case, method, r, flush=True)
-            if "error" in r:
-                results[method] = {"skip": f"failed: {r['error']}"}
-                continue
-            results[method] = r
-            grads[method] = torch.load(out)
-            if method == "dense":
+            r = measure(case, method, dict(spec, out=str(out)), results, grads)
+            if r is not None and method == "dense":
                 dense_bytes_per_pair[d] = r["peak_mib"] * 2**20 / (n * m)
         rows += table_rows(case, results, grads, ["mean", "dy", "dq"])
         for meth, g in grads.items():
@@ -294,13 +301,7 @@ def main():
             out = tmp / f"attn-{method}-{T}.pt"
             repeat = 3 if T <= T_list[0] else 1
             spec = dict(kind="attn", method=method, T=T, repeat=repeat, out=str(out))
-            r = spawn(spec, threads)
-            print(case, method, r, flush=True)
-            if "error" in r:
-                results[method] = {"skip": f"failed: {r['error']}"}
-                continue
-            results[method] = r
-            grads[method] = torch.load(out)
+            measure(case, method, spec, results, grads)
         results["keops"] = {"skip": "—"}
         rows += table_rows(case, results, grads, ["out", "dq", "dk", "dv"])
         if len(grads) == 2:

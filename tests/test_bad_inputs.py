@@ -178,18 +178,24 @@ def _dae():
     return lb.DenoisingAutoencoder(2, hidden=4, depth=1, seed=0).double()
 
 
+def _query_data_bandwidth(call, **extra) -> "Case":
+    """The row of ``call(x_query, x, bandwidth)``: query and data share their columns."""
+    return Case(
+        call,
+        lambda: dict(x_query=pts(3), x=pts(), bandwidth=1.5),
+        {"x_query": "F", "x": "F", "bandwidth": "P"},
+        cols=(("x_query", "x"),),
+        params={"bandwidth": "pos"},
+        **extra,
+    )
+
+
 TABLE: Dict[str, Case] = {
     # ---- kernels
     "kernel_profile": Case(
         lb.kernel_profile, lambda: dict(u=vec().abs()), {"u": "F"}, free_rank=("u",)
     ),
-    "kernel_matrix": Case(
-        lb.kernel_matrix,
-        lambda: dict(x_query=pts(3), x=pts(), bandwidth=1.5),
-        {"x_query": "F", "x": "F", "bandwidth": "P"},
-        cols=(("x_query", "x"),),
-        params={"bandwidth": "pos"},
-    ),
+    "kernel_matrix": _query_data_bandwidth(lb.kernel_matrix),
     "scaled_sq_dist": Case(
         lb.scaled_sq_dist,
         lambda: dict(xq=pts(3), x=pts(), h=torch.ones(2, dtype=F64)),
@@ -355,28 +361,10 @@ TABLE: Dict[str, Case] = {
         params={"beta": "pos"},
     ),
     # ---- density and modes
-    "kde": Case(
-        lb.kde,
-        lambda: dict(x_query=pts(3), x=pts(), bandwidth=1.5),
-        {"x_query": "F", "x": "F", "bandwidth": "P"},
-        cols=(("x_query", "x"),),
-        params={"bandwidth": "pos"},
-    ),
-    "kde_score": Case(
-        lb.kde_score,
-        lambda: dict(x_query=pts(3), x=pts(), bandwidth=1.5),
-        {"x_query": "F", "x": "F", "bandwidth": "P"},
-        cols=(("x_query", "x"),),
-        params={"bandwidth": "pos"},
-    ),
-    "kde_log_hessian": Case(
-        lb.kde_log_hessian,
-        lambda: dict(x_query=pts(3), x=pts(), bandwidth=1.5),
-        {"x_query": "F", "x": "F", "bandwidth": "P"},
-        cols=(("x_query", "x"),),
-        params={"bandwidth": "pos"},
-        half_tol=64,
-        f32_tol=64,
+    "kde": _query_data_bandwidth(lb.kde),
+    "kde_score": _query_data_bandwidth(lb.kde_score),
+    "kde_log_hessian": _query_data_bandwidth(
+        lb.kde_log_hessian, half_tol=64, f32_tol=64
     ),
     "mean_shift": Case(
         lambda x, bandwidth: lb.mean_shift(x, bandwidth, max_iter=20).modes,
@@ -904,13 +892,7 @@ TABLE: Dict[str, Case] = {
         tied=(("x", "pilot"),),
         params={"bandwidth": "pos"},
     ),
-    "sample_point_kde": Case(
-        lb.sample_point_kde,
-        lambda: dict(x_query=pts(3), x=pts(), bandwidth=1.5),
-        {"x_query": "F", "x": "F", "bandwidth": "P"},
-        cols=(("x_query", "x"),),
-        params={"bandwidth": "pos"},
-    ),
+    "sample_point_kde": _query_data_bandwidth(lb.sample_point_kde),
     "balloon_kde": Case(
         lambda x_query, x: lb.balloon_kde(x_query, x, 3),
         lambda: dict(x_query=pts(3), x=pts()),
