@@ -17,12 +17,22 @@ export PYTHONHASHSEED := 0
 
 install: $(STAMP)
 
+# Byte-compiled at install, on both cores (pip compiles one file after the other): where
+# PYTHONDONTWRITEBYTECODE is set, as on the CI machine, no process writes the .pyc of what it
+# imports, so without them every pytest worker, chapter kernel and Sphinx run compiled torch,
+# SciPy and Jupyter from source again (about 160 s of make test on 2 cores, measured
+# 2026-12-03; the compile costs about 35 s).
+SITE_PACKAGES = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# --no-compile: modules are byte-compiled when first imported, not all of them at install
 	# the CPU build of torch first: a later unpinned request would otherwise pull CUDA wheels
 	$(PY) -m pip install -q --no-compile torch==2.13.0
-	$(PY) -m pip install -q --no-compile -r requirements.txt
+	# torch is compiled on one core while pip (one core) installs the rest; compileall's
+	# status is ignored: a few packages ship files for other Python versions that never load
+	site=$(SITE_PACKAGES); { $(PY) -m compileall -q $$site/torch >/dev/null 2>&1 & }; \
+	  $(PY) -m pip install -q --no-compile -r requirements.txt; rc=$$?; wait; exit $$rc
+	$(PY) -m compileall -q -j $(JOBS) $(SITE_PACKAGES) >/dev/null 2>&1 || true
 	touch $@
 
 # The JB1 execution cache does not notice changes to localbook/: key it on the package's hash.
@@ -74,12 +84,14 @@ unit: $(STAMP) data
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest tests -m "not slow" -n $(JOBS) -q
 
 # one thread per kernel: $(JOBS) kernels side by side must not oversubscribe the cores.
+# Whole chapters to each worker, longest first (book/conftest.py; xdist's own reordering by
+# number of cells is turned off).
 # Each chapter that passes is stored with nbval's outputs in the build's execution cache
 # (book/conftest.py), so `make book` after `make nbval` executes no chapter a second time.
 nbval: $(STAMP) data
 	$(check_cache)
 	LOCALBOOK_NB_CACHE=_build/.jupyter_cache OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-	  $(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile -q
+	  $(PY) -m pytest book --nbval-lax --nbval-current-env -n $(JOBS) --dist loadfile --no-loadscope-reorder -q
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
 # --dist load: test by test, so the chapter executions of test_assignments spread over workers

@@ -3,6 +3,7 @@ exercise labels, self-check module, assignment and title follow it (so that "exe
 syllabus is found under that name in the book, the student notebook, the check and the grader).
 """
 
+import ast
 import importlib.util
 import json
 import re
@@ -75,3 +76,16 @@ def test_old_pages_redirect_to_existing_chapters():
     assert set(ext.REDIRECTS.values()) <= stems
     assert not set(ext.REDIRECTS) & stems
     assert all(not (ROOT / "book" / f"{old}.ipynb").exists() for old in ext.REDIRECTS)
+
+
+def test_nbval_schedule_names_every_chapter():
+    """book/conftest.py orders the chapters longest first for `make nbval`: a renamed chapter
+    would silently lose its place in the table (it would run first, not fail)."""
+    tree = ast.parse((ROOT / "book" / "conftest.py").read_text(encoding="utf-8"))
+    [table] = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["SECONDS"]
+    ]
+    assert set(ast.literal_eval(table)) == {stem for _, stem in chapters()}
