@@ -13,26 +13,26 @@ export LOCALBOOK_STATIC := 1
 export PYTHONHASHSEED := 0
 
 .PHONY: book test lint unit nbval build-strict assignments bench clean install web-assets browser slow data
+.PHONY: slow-offsite slow-site
 .PHONY: tex pdf pdf-test
 
 install: $(STAMP)
 
-# Byte-compiled at install, on both cores (pip compiles one file after the other): where
-# PYTHONDONTWRITEBYTECODE is set, as on the CI machine, no process writes the .pyc of what it
-# imports, so without them every pytest worker, chapter kernel and Sphinx run compiled torch,
+# Python writes the byte code of what it imports (.pyc, into .venv and the git-ignored
+# __pycache__ folders) even where the environment sets PYTHONDONTWRITEBYTECODE, as the CI
+# machine does: without it every pytest worker, chapter kernel and Sphinx run compiled torch,
 # SciPy and Jupyter from source again (about 160 s of make test on 2 cores, measured
-# 2026-12-03; the compile costs about 35 s).
+# 2026-12-03). Compiling only what is imported costs less than compiling every installed file.
+unexport PYTHONDONTWRITEBYTECODE
 SITE_PACKAGES = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# the CPU build of torch first: a later unpinned request would otherwise pull CUDA wheels
 	$(PY) -m pip install -q --no-compile torch==2.13.0
-	# torch is compiled on one core while pip (one core) installs the rest; compileall's
-	# status is ignored: a few packages ship files for other Python versions that never load
+	# torch, the largest, is compiled on the second core while pip installs the rest
 	site=$(SITE_PACKAGES); { $(PY) -m compileall -q $$site/torch >/dev/null 2>&1 & }; \
 	  $(PY) -m pip install -q --no-compile -r requirements.txt; rc=$$?; wait; exit $$rc
-	$(PY) -m compileall -q -j $(JOBS) $(SITE_PACKAGES) >/dev/null 2>&1 || true
 	touch $@
 
 # The JB1 execution cache does not notice changes to localbook/: key it on the package's hash.
@@ -95,18 +95,26 @@ nbval: $(STAMP) data
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
 # --dist load: test by test, so the chapter executions of test_assignments spread over workers
+SLOW_TESTS = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+  $(PY) -m pytest tests -q --ignore=tests/test_pdf.py -n $(JOBS) --dist load
 slow: $(STAMP) browser
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-	  $(PY) -m pytest tests -m slow -q --ignore=tests/test_pdf.py -n $(JOBS) --dist load
+	$(SLOW_TESTS) -m slow
+# make test: the end-to-end tests that need no website run beside the (one-core) book build,
+# those that read it (marker `site`) after it
+slow-offsite: $(STAMP)
+	$(SLOW_TESTS) -m "slow and not site"
+slow-site: $(STAMP) browser
+	$(SLOW_TESTS) -m "slow and site"
 
-# One part after the other: side by side (unit beside nbval -> book -> slow under make -j2)
+# The parts mostly in turn: side by side (unit beside nbval -> book -> slow under make -j2)
 # they took 14 min 28 s on an idle 2-core machine, more than in turn: four single-threaded
-# processes on two cores ran slower than two. npm's install of the site's assets (waiting on
-# the disk, not on a core) runs beside nbval.
+# processes on two cores ran slower than two. Beside the parts that use both cores only what
+# leaves a core idle: npm's install of the site's assets (waiting on the disk) beside nbval,
+# the end-to-end tests that need no website beside the book build (Sphinx uses one core).
 test: lint unit
 	$(MAKE) --no-print-directory -j2 --output-sync=target nbval web-assets
-	$(MAKE) --no-print-directory book
-	$(MAKE) --no-print-directory slow
+	$(MAKE) --no-print-directory -j2 --output-sync=target book slow-offsite
+	$(MAKE) --no-print-directory slow-site
 
 # The book as one PDF, _build/latex/localization-methods.pdf, also copied into the site (every
 # page has a download button for it). TeX Live from Debian's packages where xelatex, latexmk,

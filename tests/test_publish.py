@@ -221,6 +221,7 @@ def missing_pdfs(site):
 
 
 @pytest.mark.slow
+@pytest.mark.site
 def test_publish_the_real_build(repos):
     """The site `make book` built, published as `make publish` does (run after `make book`).
 

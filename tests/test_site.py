@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.site]
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("LOCALBOOK_SITE", ROOT / "_build" / "html"))
