@@ -109,10 +109,12 @@ slow-site: $(STAMP) browser
 # The parts mostly in turn: side by side (unit beside nbval -> book -> slow under make -j2)
 # they took 14 min 28 s on an idle 2-core machine, more than in turn: four single-threaded
 # processes on two cores ran slower than two. Beside the parts that use both cores only what
-# leaves a core idle: npm's install of the site's assets (waiting on the disk) beside nbval,
+# leaves a core idle: npm's install of the site's assets beside pip's (each mostly one core),
 # the end-to-end tests that need no website beside the book build (Sphinx uses one core).
-test: lint unit
-	$(MAKE) --no-print-directory -j2 --output-sync=target nbval web-assets
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target install web-assets
+	$(MAKE) --no-print-directory lint unit
+	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory -j2 --output-sync=target book slow-offsite
 	$(MAKE) --no-print-directory slow-site
 
