@@ -95,8 +95,11 @@ nbval: $(STAMP) data
 
 # End-to-end (after the build): student notebooks run, a chapter the Colab way, the site in Chromium.
 # --dist load: test by test, so the chapter executions of test_assignments spread over workers
+# Only the files that mark a test slow are collected: collecting all of tests/ costs each
+# worker 15 s of imports, these files 7 s (test_pdf.py has its own target, pdf-test)
+SLOW_FILES = $$(grep -l 'pytest.mark.slow' tests/test_*.py | grep -v test_pdf.py)
 SLOW_TESTS = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-  $(PY) -m pytest tests -q --ignore=tests/test_pdf.py -n $(JOBS) --dist load
+  $(PY) -m pytest $(SLOW_FILES) -q -n $(JOBS) --dist load
 slow: $(STAMP) browser
 	$(SLOW_TESTS) -m slow
 # make test: the end-to-end tests that need no website run beside the (one-core) book build,
