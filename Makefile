@@ -22,7 +22,8 @@ install: $(STAMP)
 # __pycache__ folders) even where the environment sets PYTHONDONTWRITEBYTECODE, as the CI
 # machine does: without it every pytest worker, chapter kernel and Sphinx run compiled torch,
 # SciPy and Jupyter from source again (about 160 s of make test on 2 cores, measured
-# 2026-12-03). Compiling only what is imported costs less than compiling every installed file.
+# 2026-12-03). Compiling only what is imported took as long in all as compileall over every
+# installed file after pip (16,000 files, 37 s), and leaves the install shorter.
 unexport PYTHONDONTWRITEBYTECODE
 SITE_PACKAGES = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
