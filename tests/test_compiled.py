@@ -196,10 +196,10 @@ def test_disabled_by_environment(tmp_path):
     assert out.startswith("False disabled by LOCALBOOK_COMPILED=0")
 
 
-def test_builds_into_an_empty_cache(tmp_path):
-    out = _status_in_a_new_process(LOCALBOOK_CACHE=str(tmp_path))
-    assert out.startswith("True compiled kernels loaded from " + str(tmp_path))
-    assert len(list(tmp_path.glob("kernel_sums-*.so"))) == 1  # no temporary left behind
+def test_builds_into_an_empty_cache(built_elsewhere):
+    cache, out = built_elsewhere
+    assert out.startswith("True compiled kernels loaded from " + str(cache))
+    assert len(list(cache.glob("kernel_sums-*.so"))) == 1  # no temporary left behind
 
 
 @pytest.mark.parametrize("name", ["uniform", "epanechnikov", "biweight"])
@@ -415,11 +415,11 @@ def test_environment_switch_unknown_value_warns_and_stays_on(monkeypatch):
 
 @pytest.fixture(scope="module")
 def built_elsewhere(tmp_path_factory):
-    """A cache with a complete build, made once by another process (a library this process
-    has loaded must not be damaged under it: its mapped pages would fault)."""
+    """An empty cache after another process built into it, and what that process said (a
+    library this process has loaded must not be damaged under it: its mapped pages would
+    fault). One build serves the test of a cold build and the damaged-cache tests."""
     cache = tmp_path_factory.mktemp("built_elsewhere")
-    assert _status_in_a_new_process(LOCALBOOK_CACHE=str(cache)).startswith("True")
-    return cache
+    return cache, _status_in_a_new_process(LOCALBOOK_CACHE=str(cache))
 
 
 def _build_elsewhere(tmp_path, monkeypatch, built):
@@ -443,7 +443,7 @@ def test_a_truncated_cached_library_is_rebuilt_not_loaded(
 ):
     """An interrupted build left half a library: loading it gave SIGBUS in every later
     process. The checksum written after a complete build catches it; it is rebuilt."""
-    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere)
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere[0])
     assert stamp.read_text().strip() == compiled._digest(so)
     whole = so.read_bytes()
     so.write_bytes(whole[: len(whole) // 2])  # as a cut-short write leaves it
@@ -459,7 +459,7 @@ def test_a_truncated_cached_library_is_rebuilt_not_loaded(
 def test_a_library_without_its_checksum_is_rebuilt(
     tmp_path, monkeypatch, built_elsewhere
 ):
-    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere)
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere[0])
     stamp.unlink()  # an older build, or one cut short before its checksum
     lib, _ = compiled._build()
     assert lib is not None and compiled._cached_ok(so, stamp)
@@ -473,7 +473,7 @@ def test_a_library_without_the_symbols_is_rebuilt(
     tmp_path, monkeypatch, built_elsewhere
 ):
     """A valid ELF file without the expected functions raised an uncaught AttributeError."""
-    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere)
+    so, stamp = _build_elsewhere(tmp_path, monkeypatch, built_elsewhere[0])
     empty_c = tmp_path / "empty.c"
     empty_c.write_text("int nothing_here(void) { return 0; }\n")
     subprocess.run(["cc", "-shared", "-fPIC", str(empty_c), "-o", str(so)], check=True)

@@ -101,6 +101,32 @@ def test_long_rows_with_mixed_support_sizes_need_growing_k():
     )
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(2, 32),
+    scale=st.sampled_from([1e-3, 0.1, 1.0, 10.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_short_rows_sorted_in_full_equal_the_partial_sort(n, scale, seed):
+    # rows up to _SORT_IN_FULL entries skip the first-size sampling and sort in full: the
+    # same sorted prefix, the same cumulative sums, so the same numbers to the last bit
+    import localbook.entmax as em
+
+    z = torch.randn(
+        30, n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)
+    )
+    z = z * scale
+    full = [sparsemax(z, dim=1), entmax15(z, dim=1)]
+    saved = em._SORT_IN_FULL
+    em._SORT_IN_FULL = 0  # the partial sorts of longer rows
+    try:
+        partial = [sparsemax(z, dim=1), entmax15(z, dim=1)]
+    finally:
+        em._SORT_IN_FULL = saved
+    for a, b in zip(full, partial):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0, 3.0])
 def test_gradcheck(alpha):
     torch.manual_seed(3)

@@ -22,14 +22,15 @@ def _notebook(path: Path, cells) -> None:
     nbformat.write(nb, path)
 
 
-def _nbval(tmp_path: Path, name: str, cache=None):
-    """nbval on one notebook in ``tmp_path``, storing into ``cache`` when one is given."""
+def _nbval(tmp_path: Path, names: str, cache=None, *options):
+    """nbval on the notebooks ``names`` (space-separated) in ``tmp_path``, storing into
+    ``cache`` when one is given."""
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
     if cache is not None:
         env["LOCALBOOK_NB_CACHE"] = str(cache)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", name, "--nbval-lax", "--nbval-current-env", "-q",
-         "-p", "no:randomly", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", *names.split(), *options, "--nbval-lax",
+         "--nbval-current-env", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
@@ -40,19 +41,37 @@ def book(tmp_path):
     return tmp_path
 
 
-def test_passing_chapter_is_stored_with_its_outputs(book):
-    jupyter_cache = pytest.importorskip("jupyter_cache")
-    cache = book / "jc"
-    cells = [
-        "x = 6 * 7\nprint(x)",
-        "x + 1",
-        "from IPython.display import HTML\nHTML('<b>hi</b>')",
+GOOD = [
+    "x = 6 * 7\nprint(x)",
+    "x + 1",
+    "from IPython.display import HTML\nHTML('<b>hi</b>')",
+]
+BAD = ["y = 1", "assert y == 2", "print(y)"]
+
+
+@pytest.fixture(scope="module")
+def cached_run(tmp_path_factory):
+    """One nbval run over a passing and a failing notebook, storing into a cache (one pytest
+    and its kernels for both tests: each costs seconds of start-up)."""
+    pytest.importorskip("jupyter_cache")
+    d = tmp_path_factory.mktemp("book")
+    shutil.copy(ROOT / "book" / "conftest.py", d / "conftest.py")
+    _notebook(d / "good.ipynb", GOOD)
+    _notebook(d / "bad.ipynb", BAD)
+    run = _nbval(d, "good.ipynb bad.ipynb", d / "jc", "-rfE")
+    failed = [
+        ln for ln in run.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))
     ]
-    _notebook(book / "good.ipynb", cells)
-    run = _nbval(book, "good.ipynb", cache)
-    assert run.returncode == 0, run.stdout + run.stderr
+    return d, run, failed
+
+
+def test_passing_chapter_is_stored_with_its_outputs(cached_run):
+    import jupyter_cache
+
+    book, run, failed = cached_run
+    assert not [f for f in failed if "good.ipynb" in f], run.stdout + run.stderr
     nb = nbformat.read(book / "good.ipynb", as_version=4)
-    _, merged = jupyter_cache.get_cache(str(cache)).merge_match_into_notebook(nb)
+    _, merged = jupyter_cache.get_cache(str(book / "jc")).merge_match_into_notebook(nb)
     outs = [c.outputs for c in merged.cells]
     assert outs[0][0]["text"] == "42\n"
     assert outs[1][0]["data"]["text/plain"] == "43"
@@ -61,18 +80,18 @@ def test_passing_chapter_is_stored_with_its_outputs(book):
     # a changed cell is a different notebook for the cache: the build would execute it
     nb.cells[1].source = "x + 2"
     with pytest.raises(KeyError):
-        jupyter_cache.get_cache(str(cache)).match_cache_notebook(nb)
+        jupyter_cache.get_cache(str(book / "jc")).match_cache_notebook(nb)
 
 
-def test_failing_chapter_is_not_stored(book):
-    jupyter_cache = pytest.importorskip("jupyter_cache")
-    cache = book / "jc"
-    _notebook(book / "bad.ipynb", ["y = 1", "assert y == 2", "print(y)"])
-    run = _nbval(book, "bad.ipynb", cache)
+def test_failing_chapter_is_not_stored(cached_run):
+    import jupyter_cache
+
+    book, run, failed = cached_run
     assert run.returncode != 0
+    assert [f for f in failed if "bad.ipynb" in f], run.stdout
     nb = nbformat.read(book / "bad.ipynb", as_version=4)
     with pytest.raises(KeyError):
-        jupyter_cache.get_cache(str(cache)).match_cache_notebook(nb)
+        jupyter_cache.get_cache(str(book / "jc")).match_cache_notebook(nb)
 
 
 def test_without_the_variable_nothing_is_written(book):
