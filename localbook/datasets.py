@@ -21,16 +21,9 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._validate import (
-    as_tensor,
-    check_choice,
-    check_fraction,
-    check_image_shape,
-    check_missing_data,
-    check_positive_float,
-    check_positive_int,
-    check_positive_ints,
-)
+from ._validate import as_tensor, check_choice, check_fraction, check_image_shape
+from ._validate import check_missing_data, check_positive_float, check_positive_int
+from ._validate import check_positive_ints
 
 __all__ = [
     "regression_function",

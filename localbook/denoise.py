@@ -29,16 +29,9 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from ._validate import (
-    as_tensor,
-    check_bandwidth,
-    check_choice,
-    check_points,
-    check_positive_float,
-    check_positive_int,
-    check_query,
-    promote_floats,
-)
+from ._validate import as_tensor, check_bandwidth, check_choice, check_points
+from ._validate import check_positive_float, check_positive_int, check_query
+from ._validate import promote_floats
 from .chunks import chunk_rows, iter_chunks
 from .kernels import _scaled_sq_dist
 from .local_sums import local_average

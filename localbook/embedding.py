@@ -22,16 +22,9 @@ from typing import Optional
 
 import torch
 
-from ._validate import (
-    as_tensor,
-    check_choice,
-    check_indices,
-    check_points,
-    check_positive_float,
-    check_positive_int,
-    check_positive_ints,
-    compute_dtype,
-)
+from ._validate import as_tensor, check_choice, check_indices, check_points
+from ._validate import check_positive_float, check_positive_int, check_positive_ints
+from ._validate import compute_dtype
 from .kernels import (
     _augment_data,
     _sq_dist_augmented,

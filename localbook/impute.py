@@ -88,14 +88,8 @@ from sklearn.base import (  # a dependency; this module loads lazily
 )
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validate import (
-    check_choice,
-    check_fraction,
-    check_image_shape,
-    check_missing_data,
-    check_positive_float,
-    check_positive_int,
-)
+from ._validate import check_choice, check_fraction, check_image_shape
+from ._validate import check_missing_data, check_positive_float, check_positive_int
 from .datasets import holdout_mask
 from .impute_layers import (  # the layers; their public names are re-exported here
     _average,

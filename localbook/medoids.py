@@ -11,14 +11,8 @@ import math
 
 import torch
 
-from ._validate import (
-    as_tensor,
-    check_bandwidth,
-    check_choice,
-    check_points,
-    check_positive_float,
-    check_positive_int,
-)
+from ._validate import as_tensor, check_bandwidth, check_choice, check_points
+from ._validate import check_positive_float, check_positive_int
 from .chunks import chunk_rows, iter_chunks
 from .kernels import (
     Kernel,

@@ -21,16 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import (
-    as_tensor,
-    check_choice,
-    check_indices,
-    check_points,
-    check_positive_float,
-    check_positive_int,
-    compute_dtype,
-    promote_floats,
-)
+from ._validate import as_tensor, check_choice, check_indices, check_points
+from ._validate import check_positive_float, check_positive_int, compute_dtype
+from ._validate import promote_floats
 from .embedding import _knn_self, _row_sq_dist
 
 KINDS = ["trimap", "ste", "tste", "hinge"]  # the losses of triplet_loss
