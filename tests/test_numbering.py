@@ -44,6 +44,12 @@ def test_file_labels_checks_and_title_follow_the_chapter_number(number, stem):
     exercises = [lab for lab in labels if "ex-" in lab]
     assert exercises, f"{stem} has no exercises"
     assert all(lab.startswith(f"ex-{number:02d}-") for lab in exercises), exercises
+    # every numbered label the chapter defines (theorems, sections, figures, ...) and every
+    # MyST target carries the chapter's number: "Theorem 9.2" is thm-09-*, not thm-07-*
+    targets = re.findall(r"^\((\S+)\)=", text, flags=re.M)
+    numbered = [lab for lab in labels + targets if re.match(r"[a-z]+-\d\d[a-z]?-", lab)]
+    wrong = [lab for lab in numbered if lab.split("-")[1][:2] != f"{number:02d}"]
+    assert not wrong, f"{stem} defines labels numbered for another chapter: {wrong}"
     checks = set(re.findall(r"lb\.check\.(\w+)\.", text))
     assert checks <= {f"ch{number:02d}"}, checks
     # the table of contents numbers the title; a hand-written number would show twice
