@@ -198,8 +198,9 @@ def self_expression_graph(
         step = 1 / torch.linalg.eigvalsh(gram)[:, -1:].clamp(min=1e-12)
 
         def grad(a):
-            # aᵀG for Ga (G is symmetric): one row-times-matrix product per row runs 4-5
-            # times faster than the batched matrix-times-vector, with the same sums
+            # aᵀG for Ga (G is symmetric): a row-times-matrix product per row, 4-5 times
+            # faster than the batched matrix-times-vector alone, 1.3 times inside this loop
+            # (reading G from memory dominates there; measured at 300 × 60 × 60)
             return (a[:, None, :] @ gram)[:, 0, :] - b
 
         a = torch.full(idx.shape, 1.0 / m_v, dtype=x.dtype)

@@ -22,23 +22,28 @@ def _notebook(path: Path, cells) -> None:
     nbformat.write(nb, path)
 
 
-def _nbval(tmp_path: Path, names: str, cache=None, *options):
-    """nbval on the notebooks ``names`` (space-separated) in ``tmp_path``, storing into
-    ``cache`` when one is given."""
+def _nbval(tmp_path: Path, names, cache=None, *options):
+    """nbval on the notebooks ``names`` in ``tmp_path``, storing into ``cache`` when one is
+    given."""
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
     if cache is not None:
         env["LOCALBOOK_NB_CACHE"] = str(cache)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *names.split(), *options, "--nbval-lax",
+        [sys.executable, "-m", "pytest", *names, *options, "--nbval-lax",
          "--nbval-current-env", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
 
+def _book(d: Path) -> Path:
+    """``d`` as a book folder: the book's conftest.py, which stores passing chapters."""
+    shutil.copy(ROOT / "book" / "conftest.py", d / "conftest.py")
+    return d
+
+
 @pytest.fixture
 def book(tmp_path):
-    shutil.copy(ROOT / "book" / "conftest.py", tmp_path / "conftest.py")
-    return tmp_path
+    return _book(tmp_path)
 
 
 GOOD = [
@@ -54,11 +59,10 @@ def cached_run(tmp_path_factory):
     """One nbval run over a passing and a failing notebook, storing into a cache (one pytest
     and its kernels for both tests: each costs seconds of start-up)."""
     pytest.importorskip("jupyter_cache")
-    d = tmp_path_factory.mktemp("book")
-    shutil.copy(ROOT / "book" / "conftest.py", d / "conftest.py")
+    d = _book(tmp_path_factory.mktemp("book"))
     _notebook(d / "good.ipynb", GOOD)
     _notebook(d / "bad.ipynb", BAD)
-    run = _nbval(d, "good.ipynb bad.ipynb", d / "jc", "-rfE")
+    run = _nbval(d, ["good.ipynb", "bad.ipynb"], d / "jc", "-rfE")
     failed = [
         ln for ln in run.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))
     ]
@@ -96,6 +100,6 @@ def test_failing_chapter_is_not_stored(cached_run):
 
 def test_without_the_variable_nothing_is_written(book):
     _notebook(book / "plain.ipynb", ["print(1)"])
-    run = _nbval(book, "plain.ipynb")
+    run = _nbval(book, ["plain.ipynb"])
     assert run.returncode == 0, run.stdout + run.stderr
     assert not (book / "jc").exists()
